@@ -1,0 +1,125 @@
+package health
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/vigil-dev/vigil/policy"
+)
+
+// Fields of the component hash (DESIGN.md §3).
+const (
+	FieldStatus        = "status"
+	FieldReason        = "reason"
+	FieldHeld          = "held"
+	FieldHost          = "host"
+	FieldInstance      = "instance"
+	FieldPID           = "pid"
+	FieldQueue         = "queue"
+	FieldSlot          = "slot"
+	FieldStartedAt     = "started_at"
+	FieldLastHeartbeat = "last_heartbeat"
+	FieldHealthySince  = "healthy_since"
+	FieldExitCode      = "exit_code"
+	FieldSignal        = "signal"
+	FieldUpdatedAt     = "updated_at"
+	FieldCurrentJob    = "current_job"
+)
+
+// Fields of the restart-history hash.
+const (
+	FieldRestartCount     = "restart_count"
+	FieldLifetimeRestarts = "lifetime_restarts"
+	FieldLastRestart      = "last_restart"
+	FieldFailedAt         = "failed_at"
+	FieldFailureReason    = "failure_reason"
+)
+
+// Component is one component's record joined with its restart history.
+type Component struct {
+	ID            ComponentID
+	Status        Status
+	Reason        string
+	Held          bool
+	Host          string
+	Instance      string
+	PID           int
+	StartedAt     time.Time
+	LastHeartbeat time.Time
+	HealthySince  time.Time
+	// ExitCode is the last exit's code; HasExit says whether there was one.
+	ExitCode   int
+	HasExit    bool
+	Signal     string
+	UpdatedAt  time.Time
+	CurrentJob string
+	Restarts   policy.State
+}
+
+// ms formats t as Unix milliseconds ("" for the zero time).
+func ms(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+func parseMS(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
+// componentFromHash builds a Component from the two hashes and the crash
+// window's scores (ms).
+func componentFromHash(id ComponentID, h, r map[string]string, crashes []float64) Component {
+	c := Component{
+		ID:            id,
+		Status:        Status(h[FieldStatus]),
+		Reason:        h[FieldReason],
+		Held:          h[FieldHeld] == "1",
+		Host:          h[FieldHost],
+		Instance:      h[FieldInstance],
+		StartedAt:     parseMS(h[FieldStartedAt]),
+		LastHeartbeat: parseMS(h[FieldLastHeartbeat]),
+		HealthySince:  parseMS(h[FieldHealthySince]),
+		Signal:        h[FieldSignal],
+		UpdatedAt:     parseMS(h[FieldUpdatedAt]),
+		CurrentJob:    h[FieldCurrentJob],
+		Restarts:      restartsFromHash(r, crashes),
+	}
+	c.PID, _ = strconv.Atoi(h[FieldPID])
+	if v, ok := h[FieldExitCode]; ok && v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			c.ExitCode, c.HasExit = n, true
+		}
+	}
+	return c
+}
+
+func restartsFromHash(r map[string]string, crashes []float64) policy.State {
+	s := policy.State{
+		LastRestart:   parseMS(r[FieldLastRestart]),
+		FailedAt:      parseMS(r[FieldFailedAt]),
+		FailureReason: r[FieldFailureReason],
+	}
+	s.RestartCount, _ = strconv.Atoi(r[FieldRestartCount])
+	s.LifetimeRestarts, _ = strconv.Atoi(r[FieldLifetimeRestarts])
+	for _, x := range crashes {
+		s.Crashes = append(s.Crashes, time.UnixMilli(int64(x)))
+	}
+	return s
+}
+
+// restartsHash is the restart-history hash for s.
+func restartsHash(s policy.State) map[string]string {
+	return map[string]string{
+		FieldRestartCount:     strconv.Itoa(s.RestartCount),
+		FieldLifetimeRestarts: strconv.Itoa(s.LifetimeRestarts),
+		FieldLastRestart:      ms(s.LastRestart),
+		FieldFailedAt:         ms(s.FailedAt),
+		FieldFailureReason:    s.FailureReason,
+	}
+}

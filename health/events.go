@@ -1,0 +1,105 @@
+package health
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event types (DESIGN.md §8).
+const (
+	EventSnapshot = "snapshot"
+	EventWorker   = "worker_update"
+	EventQueue    = "queue_update"
+	EventJob      = "job_update"
+	EventHost     = "host_update"
+	EventHealth   = "health_update"
+	EventAction   = "action"
+	EventReset    = "reset"
+)
+
+// MaxEventsDefault bounds the event stream (XADD MAXLEN ~).
+const MaxEventsDefault = 10_000
+
+// Event is one entry of the vigil:events stream, and one SSE message.
+type Event struct {
+	Topic     string `json:"topic"`
+	Type      string `json:"type"`
+	Timestamp int64  `json:"timestamp"` // Unix ms
+	// Exactly one payload is set, by topic.
+	Worker *WorkerView     `json:"worker,omitempty"`
+	Action *ActionView     `json:"action,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"` // queue, job, host and health payloads
+}
+
+// ActionView records an operator action.
+type ActionView struct {
+	Action string `json:"action"`
+	Target string `json:"target"`
+	Result string `json:"result,omitempty"`
+}
+
+// WorkerView is a component as the API and events show it (the seed's
+// worker_update shape, extended).
+type WorkerView struct {
+	Component        string `json:"component"`
+	ID               int    `json:"id"`
+	QueueType        string `json:"queue_type"`
+	Status           string `json:"status"`
+	Reason           string `json:"reason,omitempty"`
+	Held             bool   `json:"held"`
+	Host             string `json:"host,omitempty"`
+	PID              int    `json:"pid,omitempty"`
+	CurrentJob       string `json:"current_job,omitempty"`
+	ExitCode         *int   `json:"exit_code,omitempty"`
+	Signal           string `json:"signal,omitempty"`
+	RestartCount     int    `json:"restart_count"`
+	LifetimeRestarts int    `json:"lifetime_restarts"`
+	StartedAt        int64  `json:"started_at,omitempty"`
+	LastHeartbeat    int64  `json:"last_heartbeat,omitempty"`
+	HealthySince     int64  `json:"healthy_since,omitempty"`
+	UpdatedAt        int64  `json:"updated_at,omitempty"`
+	FailedAt         int64  `json:"failed_at,omitempty"`
+	FailureReason    string `json:"failure_reason,omitempty"`
+}
+
+func unixMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// View returns the API/event shape of c.
+func (c Component) View() WorkerView {
+	v := WorkerView{
+		Component:        c.ID.String(),
+		ID:               c.ID.Slot,
+		QueueType:        c.ID.Queue,
+		Status:           string(c.Status),
+		Reason:           c.Reason,
+		Held:             c.Held,
+		Host:             c.Host,
+		PID:              c.PID,
+		CurrentJob:       c.CurrentJob,
+		Signal:           c.Signal,
+		RestartCount:     c.Restarts.RestartCount,
+		LifetimeRestarts: c.Restarts.LifetimeRestarts,
+		StartedAt:        unixMS(c.StartedAt),
+		LastHeartbeat:    unixMS(c.LastHeartbeat),
+		HealthySince:     unixMS(c.HealthySince),
+		UpdatedAt:        unixMS(c.UpdatedAt),
+		FailedAt:         unixMS(c.Restarts.FailedAt),
+		FailureReason:    c.Restarts.FailureReason,
+	}
+	if c.HasExit {
+		code := c.ExitCode
+		v.ExitCode = &code
+	}
+	return v
+}
+
+// WorkerEvent is the worker_update event for c at t.
+func WorkerEvent(c Component, t time.Time) Event {
+	v := c.View()
+	return Event{Topic: c.ID.Topic(), Type: EventWorker, Timestamp: t.UnixMilli(), Worker: &v}
+}

@@ -1,0 +1,166 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/clock"
+)
+
+// Heartbeat defaults (DESIGN.md §4, §10).
+const (
+	HeartbeatIntervalDefault = 5 * time.Second
+	HeartbeatTTLDefault      = 30 * time.Second
+	StartTimeoutDefault      = 60 * time.Second
+	// DegradedAfter is how many failed beats in a row log HEARTBEAT_DEGRADED.
+	DegradedAfter = 3
+)
+
+// ErrStale is returned by a heartbeat whose process is no longer the one the
+// record names: the caller must exit.
+var ErrStale = errors.New("stale worker: the component record names another process")
+
+// BeatResult says what a heartbeat did.
+type BeatResult int
+
+// Beat results.
+const (
+	BeatWritten   BeatResult = iota // heartbeat written
+	BeatHealthy                     // written, and starting became healthy
+	BeatRecreated                   // written, and the missing record re-created
+)
+
+// Heartbeater writes one worker's heartbeats (worker side).
+type Heartbeater struct {
+	Store     *Store
+	ID        ComponentID
+	PID       int
+	Host      string
+	StartedAt time.Time
+	Interval  time.Duration
+	TTL       time.Duration
+	Logger    *slog.Logger
+	Clock     clock.Clock
+
+	failures atomic.Int64 // failed beats in a row
+	beats    atomic.Int64 // beats written
+}
+
+// Failures returns how many beats in a row have failed.
+func (h *Heartbeater) Failures() int64 { return h.failures.Load() }
+
+// Beats returns how many beats were written.
+func (h *Heartbeater) Beats() int64 { return h.beats.Load() }
+
+func (h *Heartbeater) clock() clock.Clock {
+	if h.Clock == nil {
+		return clock.Real{}
+	}
+	return h.Clock
+}
+
+func (h *Heartbeater) logger() *slog.Logger {
+	if h.Logger == nil {
+		return slog.Default()
+	}
+	return h.Logger
+}
+
+// Beat writes one heartbeat in one round trip (two after a transition, to
+// announce it). It returns ErrStale when the process must exit.
+func (h *Heartbeater) Beat(ctx context.Context) (BeatResult, error) {
+	now := h.clock().Now()
+	k := h.Store.keys
+	res, err := heartbeatScript.Run(ctx, h.Store.rdb, []string{k.Heartbeat(h.ID), k.Component(h.ID)},
+		h.PID, now.UnixMilli(), h.TTL.Milliseconds(), h.Host, h.ID.Queue, h.ID.Slot, ms(h.StartedAt)).Slice()
+	if err != nil {
+		return 0, fmt.Errorf("heartbeat %s: %w", h.ID, err)
+	}
+	code, _ := res[0].(int64)
+	status, _ := res[1].(string)
+	if code < 0 {
+		return 0, fmt.Errorf("%w (%s is %q)", ErrStale, h.ID, status)
+	}
+	r := BeatResult(code)
+	if r == BeatHealthy || r == BeatRecreated {
+		h.announce(ctx, r)
+	}
+	return r, nil
+}
+
+// announce writes the event (and the index entry) of a transition the
+// heartbeat made. Failures only cost the notification: the record is right.
+func (h *Heartbeater) announce(ctx context.Context, r BeatResult) {
+	if r == BeatRecreated {
+		if err := h.Store.rdb.SAdd(ctx, h.Store.keys.Components(), h.ID.String()).Err(); err != nil {
+			h.logger().Warn("index component", "component", h.ID.String(), "err", err)
+		}
+	}
+	c, err := h.Store.Get(ctx, h.ID)
+	if err != nil {
+		h.logger().Warn("read component after heartbeat", "component", h.ID.String(), "err", err)
+		return
+	}
+	if _, err := h.Store.AddEvent(ctx, WorkerEvent(c, h.clock().Now())); err != nil {
+		h.logger().Warn("announce healthy", "component", h.ID.String(), "err", err)
+	}
+}
+
+// Run beats at once and then every Interval until ctx ends. A failed beat is
+// logged and retried at the next interval; after DegradedAfter failures in a
+// row it logs HEARTBEAT_DEGRADED and goes on: the worker keeps working. It
+// returns ErrStale (wrapped) if the record names another process, and nil
+// when ctx ends.
+func (h *Heartbeater) Run(ctx context.Context) error {
+	tick := make(chan struct{}, 1)
+	for {
+		if err := h.once(ctx); err != nil {
+			return err
+		}
+		t := h.clock().AfterFunc(h.Interval, func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-tick:
+		}
+	}
+}
+
+func (h *Heartbeater) once(ctx context.Context) error {
+	bctx, cancel := context.WithTimeout(ctx, h.Interval)
+	defer cancel()
+	_, err := h.Beat(bctx)
+	switch {
+	case err == nil:
+		h.beats.Add(1)
+		if h.failures.Swap(0) >= DegradedAfter {
+			h.logger().Info("HEARTBEAT_RECOVERED", "component", h.ID.String())
+		}
+		return nil
+	case errors.Is(err, ErrStale):
+		return err
+	case ctx.Err() != nil:
+		return nil
+	}
+	n := h.failures.Add(1)
+	if n == DegradedAfter {
+		h.logger().Error("HEARTBEAT_DEGRADED", "component", h.ID.String(), "failures", n, "err", err)
+	} else {
+		h.logger().Warn("heartbeat failed", "component", h.ID.String(), "failures", n, "err", err)
+	}
+	return nil
+}
+
+// FormatHeartbeat is the value a heartbeat key holds.
+func FormatHeartbeat(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }

@@ -1,0 +1,140 @@
+package health
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// PrefixDefault is the default key prefix.
+const PrefixDefault = "vigil:"
+
+// namePattern is what queue names and host ids must match (DESIGN.md §2).
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ErrInvalidName is returned for a queue name, host id or component id that
+// does not follow DESIGN.md §2.
+var ErrInvalidName = errors.New("invalid name")
+
+// ValidName reports whether s may be a queue name or a host id.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+// CheckName returns an error naming what is wrong with a queue or host name.
+func CheckName(kind, s string) error {
+	if !ValidName(s) {
+		return fmt.Errorf("%w: %s %q must match %s", ErrInvalidName, kind, truncate(s, 80), namePattern)
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// ComponentID names one supervised worker: worker:<queue>:<slot>.
+type ComponentID struct {
+	Queue string
+	Slot  int
+}
+
+// String returns "worker:<queue>:<slot>".
+func (c ComponentID) String() string { return "worker:" + c.Queue + ":" + strconv.Itoa(c.Slot) }
+
+// Topic returns the component's event topic, worker:<queue>:<slot>:status.
+func (c ComponentID) Topic() string { return c.String() + ":status" }
+
+// MaxSlot bounds slot numbers accepted from outside.
+const MaxSlot = 1_000_000
+
+// ParseComponentID parses and validates "worker:<queue>:<slot>". Nothing
+// that fails here can ever reach a Redis key.
+func ParseComponentID(s string) (ComponentID, error) {
+	rest, ok := strings.CutPrefix(s, "worker:")
+	q, slot, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 {
+		return ComponentID{}, fmt.Errorf("%w: component id %q must be worker:<queue>:<slot>", ErrInvalidName, truncate(s, 80))
+	}
+	if err := CheckName("queue", q); err != nil {
+		return ComponentID{}, err
+	}
+	n, err := strconv.Atoi(slot)
+	if err != nil || n < 0 || n >= MaxSlot || strconv.Itoa(n) != slot {
+		return ComponentID{}, fmt.Errorf("%w: component slot %q must be a number from 0 to %d", ErrInvalidName, truncate(slot, 20), MaxSlot-1)
+	}
+	return ComponentID{Queue: q, Slot: n}, nil
+}
+
+// Keys builds every Redis key Vigil uses (DESIGN.md §3). Braces are Redis
+// Cluster hash tags: all keys of one component share a slot.
+type Keys struct{ Prefix string }
+
+// NewKeys returns the key builder for prefix ("" means PrefixDefault).
+func NewKeys(prefix string) Keys {
+	if prefix == "" {
+		prefix = PrefixDefault
+	}
+	return Keys{Prefix: prefix}
+}
+
+func (k Keys) tagged(kind string, c ComponentID) string {
+	return k.Prefix + kind + ":{" + c.String() + "}"
+}
+
+// Heartbeat is the worker's heartbeat key, a string with a TTL.
+func (k Keys) Heartbeat(c ComponentID) string { return k.tagged("hb", c) }
+
+// Component is the component's record hash.
+func (k Keys) Component(c ComponentID) string { return k.tagged("component", c) }
+
+// Running is the hash task id → start ms of the tasks the worker runs now.
+func (k Keys) Running(c ComponentID) string { return k.tagged("running", c) }
+
+// Restarts is the restart-history hash.
+func (k Keys) Restarts(c ComponentID) string { return k.tagged("restarts", c) }
+
+// Crashes is the sorted set of recent counted crash times.
+func (k Keys) Crashes(c ComponentID) string { return k.tagged("restarts", c) + ":crashes" }
+
+// Slot is the slot lease of the component.
+func (k Keys) Slot(c ComponentID) string { return k.tagged("slot", c) }
+
+// Components is the set of every known component id.
+func (k Keys) Components() string { return k.Prefix + "components" }
+
+// Control is the cluster control hash (pause flags, pool sizes).
+func (k Keys) Control() string { return k.Prefix + "control" }
+
+// Host is a host's record.
+func (k Keys) Host(h string) string { return k.Prefix + "host:{" + h + "}" }
+
+// Hosts is the sorted set host → last seen ms.
+func (k Keys) Hosts() string { return k.Prefix + "hosts" }
+
+// Leader is the leader lease.
+func (k Keys) Leader() string { return k.Prefix + "leader" }
+
+// Events is the event stream.
+func (k Keys) Events() string { return k.Prefix + "events" }
+
+// JobCrashes counts the workers that died running task t of queue q. It
+// shares the slot of asynq's keys for q.
+func (k Keys) JobCrashes(q, t string) string { return k.Prefix + "job:{" + q + "}:" + t + ":crashes" }
+
+// Schema is the key-layout version.
+func (k Keys) Schema() string { return k.Prefix + "schema" }
+
+// SortIDs sorts ids by queue, then slot.
+func SortIDs(ids []ComponentID) {
+	slices.SortFunc(ids, func(a, b ComponentID) int {
+		if c := strings.Compare(a.Queue, b.Queue); c != 0 {
+			return c
+		}
+		return a.Slot - b.Slot
+	})
+}

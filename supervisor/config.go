@@ -1,0 +1,154 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/policy"
+)
+
+// Defaults of DESIGN.md §4 and §10.
+const (
+	StopTimeoutDefault = 10 * time.Second
+	OpTimeoutDefault   = time.Second
+	ConcurrencyDefault = 1
+	TaskTimeoutDefault = 30 * time.Minute
+)
+
+// Pool is one queue's workers on this host.
+type Pool struct {
+	Queue       string
+	Workers     int
+	Command     []string
+	Concurrency int
+	TaskTimeout time.Duration
+	Env         map[string]string
+	Dir         string // working directory, "" = the supervisor's
+}
+
+// Heartbeat holds the heartbeat timing handed to workers and used to judge
+// them.
+type Heartbeat struct {
+	Interval     time.Duration
+	TTL          time.Duration
+	StartTimeout time.Duration
+}
+
+// Recoverer puts back the tasks a dead worker was running. The supervisor
+// calls it only after it has reaped the process with that pid (DESIGN.md
+// §9: on a live worker it would make tasks run twice). Package queue
+// implements it.
+type Recoverer interface {
+	Recover(ctx context.Context, id health.ComponentID, pid int) (requeued int, err error)
+}
+
+// Config configures a Supervisor.
+type Config struct {
+	Host     string // host id (DESIGN.md §2)
+	Instance string // random id of this start; "" = generated
+	RedisURL string // handed to children as VIGIL_REDIS_URL
+	Prefix   string
+	Pools    []Pool
+
+	Heartbeat   Heartbeat
+	Policy      policy.Config
+	StopTimeout time.Duration
+	// OpTimeout bounds each Redis call of the monitor.
+	OpTimeout time.Duration
+
+	Recoverer Recoverer
+	Clock     clock.Clock
+	Logger    *slog.Logger
+	// Rand returns a uniform number in [0, 1) for backoff jitter.
+	Rand func() float64
+}
+
+func (c Config) withDefaults() Config {
+	if c.Instance == "" {
+		c.Instance = fmt.Sprintf("%016x", rand.Uint64())
+	}
+	if c.Heartbeat.Interval == 0 {
+		c.Heartbeat.Interval = health.HeartbeatIntervalDefault
+	}
+	if c.Heartbeat.TTL == 0 {
+		c.Heartbeat.TTL = health.HeartbeatTTLDefault
+	}
+	if c.Heartbeat.StartTimeout == 0 {
+		c.Heartbeat.StartTimeout = health.StartTimeoutDefault
+	}
+	c.Policy = c.Policy.WithDefaults()
+	if c.StopTimeout == 0 {
+		c.StopTimeout = StopTimeoutDefault
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = OpTimeoutDefault
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	pools := make([]Pool, len(c.Pools))
+	for i, p := range c.Pools {
+		if p.Concurrency == 0 {
+			p.Concurrency = ConcurrencyDefault
+		}
+		if p.TaskTimeout == 0 {
+			p.TaskTimeout = TaskTimeoutDefault
+		}
+		pools[i] = p
+	}
+	c.Pools = pools
+	return c
+}
+
+func (c Config) validate() error {
+	if err := health.CheckName("host", c.Host); err != nil {
+		return err
+	}
+	hb := c.Heartbeat
+	switch {
+	case hb.Interval <= 0:
+		return errors.New("heartbeat.interval must be > 0")
+	case hb.TTL <= hb.Interval:
+		return fmt.Errorf("heartbeat.ttl (%s) must be greater than heartbeat.interval (%s)", hb.TTL, hb.Interval)
+	case hb.StartTimeout <= 0:
+		return errors.New("heartbeat.start_timeout must be > 0")
+	case c.StopTimeout < time.Second:
+		return fmt.Errorf("stop_timeout must be at least 1s (workers get it minus 1s), got %s", c.StopTimeout)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Pools {
+		if err := health.CheckName(fmt.Sprintf("pools[%d].queue", i), p.Queue); err != nil {
+			return err
+		}
+		if seen[p.Queue] {
+			return fmt.Errorf("pools[%d].queue: duplicate queue %q", i, p.Queue)
+		}
+		seen[p.Queue] = true
+		switch {
+		case len(p.Command) == 0 || p.Command[0] == "":
+			return fmt.Errorf("pools[%d].command: empty command for queue %q", i, p.Queue)
+		case p.Workers < 0:
+			return fmt.Errorf("pools[%d].workers must be >= 0", i)
+		case p.Concurrency < 1:
+			return fmt.Errorf("pools[%d].concurrency must be >= 1", i)
+		case p.TaskTimeout < 0:
+			return fmt.Errorf("pools[%d].task_timeout must be >= 0", i)
+		}
+	}
+	return nil
+}

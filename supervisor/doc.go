@@ -1,0 +1,10 @@
+// Package supervisor runs pools of worker processes on one host: it spawns
+// each pool's command as real child processes, watches them (process exits
+// at once, hung heartbeats by deadline), asks package policy what to do
+// after a crash, restarts with backoff or marks the worker failed, and
+// stops them gracefully. One monitor goroutine owns all of this state;
+// everything else talks to it over channels.
+//
+// It must not serve HTTP (package server does) nor know asynq's keys
+// (package queue does, behind the Recoverer interface).
+package supervisor

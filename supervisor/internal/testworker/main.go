@@ -1,0 +1,91 @@
+// Command testworker is the supervisor tests' child process. It reads the
+// VIGIL_* environment like a real worker and behaves as its first argument
+// says:
+//
+//	beat            heartbeat until SIGTERM, then exit 0
+//	exit N          exit with code N at once (no heartbeat)
+//	beat-exit N     one heartbeat, then exit with code N
+//	hang            one heartbeat, then stay alive without beating
+//	badbeat         write a heartbeat value that is not a timestamp
+//	nobeat          stay alive, never beat
+//	ignore-term     heartbeat, ignore SIGTERM
+//
+// It writes "ready <pid>" to stdout after its first heartbeat.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/redisconn"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fatal("usage: testworker mode [arg]")
+	}
+	mode, arg := os.Args[1], ""
+	if len(os.Args) > 2 {
+		arg = os.Args[2]
+	}
+	if mode == "exit" {
+		n, _ := strconv.Atoi(arg)
+		os.Exit(n)
+	}
+	env, err := health.LoadWorkerEnv()
+	if err != nil {
+		fatal(err.Error())
+	}
+	rdb, err := redisconn.Open(env.RedisURL)
+	if err != nil {
+		fatal(err.Error())
+	}
+	store := health.NewStore(rdb, env.Prefix, 0)
+	hb := &health.Heartbeater{Store: store, ID: env.Component, PID: os.Getpid(), Host: env.Host,
+		StartedAt: time.Now(), Interval: env.HeartbeatInterval, TTL: env.HeartbeatTTL}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if mode == "ignore-term" {
+		signal.Ignore(syscall.SIGTERM)
+		ctx = context.Background()
+	}
+	switch mode {
+	case "nobeat":
+		<-ctx.Done()
+		return
+	case "badbeat":
+		k := store.Keys().Heartbeat(env.Component)
+		if err := rdb.Set(ctx, k, "not-a-time", env.HeartbeatTTL).Err(); err != nil {
+			fatal(err.Error())
+		}
+		fmt.Println("ready", os.Getpid())
+		<-ctx.Done()
+		return
+	}
+	if _, err := hb.Beat(ctx); err != nil {
+		fatal(err.Error())
+	}
+	fmt.Println("ready", os.Getpid())
+	switch mode {
+	case "beat-exit":
+		n, _ := strconv.Atoi(arg)
+		os.Exit(n)
+	case "hang":
+		<-ctx.Done()
+		return
+	}
+	if err := hb.Run(ctx); err != nil {
+		fatal(err.Error())
+	}
+}
+
+func fatal(msg string) {
+	fmt.Fprintln(os.Stderr, "testworker:", msg)
+	os.Exit(70)
+}

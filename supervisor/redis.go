@@ -1,0 +1,93 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// probeInterval is how often an unreachable Redis is tried again.
+const probeInterval = 250 * time.Millisecond
+
+// redisFailed marks Redis unreachable after a failed call. From now until it
+// answers again nothing is judged by heartbeat (DESIGN.md §11: no worker is
+// killed for a heartbeat it could not write), records are kept in memory,
+// and process exits are still handled.
+func (s *Supervisor) redisFailed(err error) {
+	if s.redisDown {
+		return
+	}
+	s.redisDown = true
+	s.log.Error("redis unreachable: holding state in memory, judging no heartbeats", "err", err)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.probeRedis()
+	}()
+}
+
+// probeRedis pings until Redis answers, then tells the monitor.
+func (s *Supervisor) probeRedis() {
+	for {
+		select {
+		case <-s.dead:
+			return
+		case <-time.After(probeInterval):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+		err := s.store.Client().Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			select {
+			case s.up <- struct{}{}:
+			case <-s.dead:
+			}
+			return
+		}
+	}
+}
+
+// onRedisUp writes back what changed while Redis was away, re-creates what
+// it lost (it may have come back empty), requeues the tasks of processes
+// reaped meanwhile, and gives every live worker one full TTL of grace.
+func (s *Supervisor) onRedisUp() {
+	s.redisDown = false
+	ids := make([]health.ComponentID, 0, len(s.order))
+	ids = append(ids, s.order...)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout*5)
+	stored, err := s.store.GetMany(ctx, ids)
+	cancel()
+	if err != nil {
+		s.redisFailed(err)
+		return
+	}
+	rewritten := 0
+	for i, id := range ids {
+		w := s.workers[id]
+		lost := stored[i].Status == health.StatusNone
+		if w.dirty || lost {
+			ctx, cancel := s.opCtx()
+			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: true, Index: true})
+			cancel()
+			if err != nil {
+				s.redisDown = false // let redisFailed start a probe
+				s.redisFailed(err)
+				return
+			}
+			w.dirty = false
+			rewritten++
+		} else if stored[i].Status == health.StatusHealthy && w.rec.Status == health.StatusStarting {
+			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, stored[i].HealthySince
+		}
+		pids := w.recover
+		w.recover = nil
+		for _, pid := range pids {
+			s.recoverTasks(w, pid)
+		}
+		if w.proc != nil && w.stop == nil {
+			s.arm(w, timerCheck, s.cfg.Heartbeat.TTL)
+		}
+	}
+	s.log.Info("redis reachable again", "records_rewritten", rewritten, "grace", s.cfg.Heartbeat.TTL)
+}

@@ -1,0 +1,82 @@
+package supervisor_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testredis"
+	"github.com/vigil-dev/vigil/policy"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func TestSmokeKillRestart(t *testing.T) {
+	env := testredis.New(t)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	var logs syncBuf
+	sup, err := supervisor.New(supervisor.Config{
+		Host: "h1", RedisURL: env.URL, Prefix: env.Prefix,
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: 1 * time.Second},
+		Policy:    policy.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond},
+		Logger:    slog.New(slog.NewTextHandler(&logs, nil)),
+	}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := sup.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer sup.Stop(ctx)
+	id := health.ComponentID{Queue: "q", Slot: 0}
+	c := waitFor(t, store, id, func(c health.Component) bool { return c.Status == health.StatusHealthy })
+	syscall.Kill(c.PID, syscall.SIGKILL)
+	c2 := waitFor(t, store, id, func(x health.Component) bool {
+		return x.Status == health.StatusHealthy && x.PID != c.PID
+	})
+	if c2.Restarts.RestartCount != 1 || c2.Restarts.LifetimeRestarts != 1 {
+		t.Fatalf("restarts = %+v", c2.Restarts)
+	}
+	if err := sup.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c3, _ := store.Get(ctx, id)
+	if c3.Status != health.StatusStopped || c3.Reason != "host shutdown" || c3.ExitCode != 0 {
+		t.Fatalf("after stop: %+v\n%s", c3, logs.b.String())
+	}
+}
+
+func waitFor(tb testing.TB, store *health.Store, id health.ComponentID, ok func(health.Component) bool) health.Component {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var last health.Component
+	for time.Now().Before(deadline) {
+		c, err := store.Get(context.Background(), id)
+		if err == nil {
+			last = c
+			if ok(c) {
+				return c
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tb.Fatalf("timed out waiting on %s; last %+v", id, last)
+	return last
+}

@@ -1,0 +1,201 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
+)
+
+// Errors of operator actions.
+var (
+	// ErrUnknownComponent: no pool of this host has that component.
+	ErrUnknownComponent = errors.New("unknown component")
+	// ErrStopped: the supervisor is not running.
+	ErrStopped = errors.New("supervisor not running")
+)
+
+// Supervisor runs this host's pools. Create it with New, then Start and
+// Stop it (or Run it).
+type Supervisor struct {
+	cfg     Config
+	store   *health.Store
+	log     *slog.Logger
+	spawner *spawner
+	logs    logTail
+
+	exits  chan exitMsg
+	timers chan timerMsg
+	cmds   chan func()
+	gone   chan goneMsg
+	up     chan struct{}
+	quit   chan struct{} // closed by Stop once drained: the monitor returns
+	dead   chan struct{} // closed when the monitor has returned
+
+	wg sync.WaitGroup // goroutines of processes and probes
+
+	mu       sync.Mutex // guards started, stopping
+	started  bool
+	stopping bool
+	done     chan struct{} // closed when Stop has finished
+
+	// Owned by the monitor goroutine.
+	workers      map[health.ComponentID]*worker
+	order        []health.ComponentID
+	seq          uint64
+	redisDown    bool
+	shuttingDown bool
+	drained      chan struct{} // closed once shutting down and no process left
+}
+
+// New checks cfg and returns a supervisor that keeps its state in store.
+func New(cfg Config, store *health.Store) (*Supervisor, error) {
+	cfg = cfg.withDefaults()
+	if cfg.Host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("host id: %w", err)
+		}
+		cfg.Host = h
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Supervisor{
+		cfg:     cfg,
+		store:   store,
+		log:     cfg.Logger,
+		logs:    logTail{max: 200, lines: map[health.ComponentID][]string{}},
+		exits:   make(chan exitMsg),
+		timers:  make(chan timerMsg),
+		cmds:    make(chan func()),
+		gone:    make(chan goneMsg),
+		up:      make(chan struct{}),
+		quit:    make(chan struct{}),
+		dead:    make(chan struct{}),
+		done:    make(chan struct{}),
+		workers: map[health.ComponentID]*worker{},
+		drained: make(chan struct{}),
+	}, nil
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (s *Supervisor) Config() Config { return s.cfg }
+
+// Store returns the health store.
+func (s *Supervisor) Store() *health.Store { return s.store }
+
+// Clock returns the supervisor's clock.
+func (s *Supervisor) Clock() clock.Clock { return s.cfg.Clock }
+
+// Start reconciles what Redis says this host ran (DESIGN.md §4.6) and
+// starts the pools. It fails, starting nothing, when Redis does not answer.
+func (s *Supervisor) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started || s.stopping {
+		s.mu.Unlock()
+		return errors.New("supervisor: Start called twice")
+	}
+	s.started = true
+	s.mu.Unlock()
+
+	ids := s.configuredIDs()
+	octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout*5)
+	defer cancel()
+	recs, err := s.store.GetMany(octx, ids)
+	if err != nil {
+		s.mu.Lock()
+		s.started = false
+		s.mu.Unlock()
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	s.spawner = newSpawner()
+	go s.monitor()
+	return s.call(ctx, func() { s.reconcile(recs) })
+}
+
+// Run starts the supervisor, waits for ctx to end and stops it gracefully.
+func (s *Supervisor) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return s.Stop(context.Background())
+}
+
+// Stop shuts the host's workers down in parallel (DESIGN.md §4.5): each gets
+// SIGTERM, then SIGKILL after stop_timeout; crashed ones waiting for a
+// restart are stopped. It returns once every child has exited. Safe before
+// Start and twice.
+func (s *Supervisor) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started {
+		s.stopping = true
+		s.mu.Unlock()
+		return nil
+	}
+	if s.stopping {
+		s.mu.Unlock()
+		select {
+		case <-s.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.stopping = true
+	s.mu.Unlock()
+
+	if err := s.call(ctx, s.shutdown); err != nil {
+		return err
+	}
+	<-s.drained
+	close(s.quit)
+	<-s.dead
+	s.wg.Wait()
+	s.spawner.close()
+	close(s.done)
+	return nil
+}
+
+// call runs fn in the monitor goroutine and waits for it.
+func (s *Supervisor) call(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	select {
+	case s.cmds <- func() { fn(); close(done) }:
+	case <-s.dead:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Supervisor) configuredIDs() []health.ComponentID {
+	var ids []health.ComponentID
+	for _, p := range s.cfg.Pools {
+		for slot := range p.Workers {
+			ids = append(ids, health.ComponentID{Queue: p.Queue, Slot: slot})
+		}
+	}
+	return ids
+}
+
+func (s *Supervisor) pool(queue string) *Pool {
+	for i := range s.cfg.Pools {
+		if s.cfg.Pools[i].Queue == queue {
+			return &s.cfg.Pools[i]
+		}
+	}
+	return nil
+}
