@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/config"
+	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("vigil serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "YAML configuration file (DESIGN.md §10)")
+	flags := config.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := loadConfig(*path, flags)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, log, nil)
+}
+
+// loadConfig reads the file, then the environment, then the flags, and
+// checks the result.
+func loadConfig(path string, flags *config.Flags) (config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return cfg, err
+	}
+	if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	if err := flags.Apply(&cfg); err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	return cfg, nil
+}
+
+// serve runs Vigil until ctx ends. started, if set, is called once the
+// supervisor runs.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started func(*supervisor.Supervisor)) error {
+	url := cfg.Redis
+	if url == "" {
+		m, err := startEmbeddedRedis()
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		url = "redis://" + m.Addr()
+		log.Warn("no redis configured: using an embedded in-memory Redis; all state is lost when vigil exits", "addr", m.Addr())
+	}
+	rdb, err := redisconn.Open(url)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := redisconn.Ping(ctx, rdb, 2*time.Second); err != nil {
+		return err
+	}
+	store := health.NewStore(rdb, cfg.Prefix, 0)
+	sup, err := supervisor.New(supervisor.Config{
+		Host:        cfg.Host,
+		RedisURL:    url,
+		Prefix:      cfg.Prefix,
+		Pools:       cfg.SupervisorPools(),
+		Heartbeat:   cfg.HeartbeatConfig(),
+		Policy:      cfg.PolicyConfig(),
+		StopTimeout: time.Duration(cfg.StopTimeout),
+		Logger:      log,
+	}, store)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := sup.Start(ctx); err != nil {
+		return err
+	}
+	log.Info("vigil running", "version", version, "host", sup.Config().Host, "redis", rdb.Options().Addr, "pools", len(cfg.Pools))
+	if started != nil {
+		started(sup)
+	}
+	<-ctx.Done()
+	log.Info("shutting down: stopping workers", "stop_timeout", cfg.StopTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.StopTimeout)+2*time.Second)
+	defer cancel()
+	if err := sup.Stop(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// startEmbeddedRedis starts a miniredis on a loopback port whose keys expire
+// on the real clock, reachable by the worker processes.
+func startEmbeddedRedis() (*miniredis.Miniredis, error) {
+	m := miniredis.NewMiniRedis()
+	m.ClockTTL(true)
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("start embedded redis: %w", err)
+	}
+	return m, nil
+}

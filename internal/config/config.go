@@ -1,0 +1,258 @@
+// Package config reads `vigil serve`'s configuration (DESIGN.md §10): a YAML
+// file, then VIGIL_* environment variables, then flags, each winning over
+// the one before. Unknown fields are errors, and every error names the
+// field.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/policy"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Redis       string    `yaml:"redis"`
+	Listen      string    `yaml:"listen"`
+	Prefix      string    `yaml:"prefix"`
+	Host        string    `yaml:"host"`
+	Capacity    int       `yaml:"capacity"`
+	Lease       Duration  `yaml:"lease"`
+	Token       string    `yaml:"token"`
+	AuthReads   bool      `yaml:"auth_reads"`
+	ReadOnly    bool      `yaml:"read_only"`
+	MaxBody     Size      `yaml:"max_body"`
+	SSE         SSE       `yaml:"sse"`
+	Heartbeat   Heartbeat `yaml:"heartbeat"`
+	Policy      Policy    `yaml:"policy"`
+	StopTimeout Duration  `yaml:"stop_timeout"`
+	MaxPoolSize int       `yaml:"max_pool_size"`
+	Alerts      Alerts    `yaml:"alerts"`
+	LogFormat   string    `yaml:"log_format"`
+	LogLevel    string    `yaml:"log_level"`
+	Pools       []Pool    `yaml:"pools"`
+}
+
+// SSE configures the event stream.
+type SSE struct {
+	MaxClients int      `yaml:"max_clients"`
+	MaxLag     int      `yaml:"max_lag"`
+	KeepAlive  Duration `yaml:"keepalive"`
+}
+
+// Heartbeat configures worker heartbeats.
+type Heartbeat struct {
+	Interval     Duration `yaml:"interval"`
+	TTL          Duration `yaml:"ttl"`
+	StartTimeout Duration `yaml:"start_timeout"`
+}
+
+// Policy is policy.Config as written in the file.
+type Policy struct {
+	BackoffBase     Duration `yaml:"backoff_base"`
+	BackoffMax      Duration `yaml:"backoff_max"`
+	Jitter          float64  `yaml:"jitter"`
+	Window          Duration `yaml:"window"`
+	MaxInWindow     int      `yaml:"max_in_window"`
+	MaxLifetime     int      `yaml:"max_lifetime"`
+	StableAfter     Duration `yaml:"stable_after"`
+	JobCrashRetries int      `yaml:"job_crash_retries"`
+}
+
+// Alerts configures notifications.
+type Alerts struct {
+	Webhook string `yaml:"webhook"`
+}
+
+// Pool is one pool.
+type Pool struct {
+	Queue                string            `yaml:"queue"`
+	Workers              int               `yaml:"workers"`
+	Command              []string          `yaml:"command"`
+	Concurrency          int               `yaml:"concurrency"`
+	TaskTimeout          Duration          `yaml:"task_timeout"`
+	Env                  map[string]string `yaml:"env"`
+	Backpressure         Backpressure      `yaml:"backpressure"`
+	KeepScratchOnSuccess bool              `yaml:"keep_scratch_on_success"`
+}
+
+// Backpressure configures a pool's host-local backpressure (0 = off).
+type Backpressure struct {
+	HighWatermark int      `yaml:"high_watermark"`
+	LoadThreshold float64  `yaml:"load_threshold"`
+	PauseInterval Duration `yaml:"pause_interval"`
+}
+
+// Default returns the configuration with every default of DESIGN.md §10.
+func Default() Config {
+	return Config{
+		Listen:      "127.0.0.1:8080",
+		Prefix:      health.PrefixDefault,
+		Lease:       Duration(15 * time.Second),
+		MaxBody:     1 << 20,
+		SSE:         SSE{MaxClients: 10_000, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
+		Heartbeat:   Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault)},
+		StopTimeout: Duration(supervisor.StopTimeoutDefault),
+		MaxPoolSize: 1000,
+		LogFormat:   "text",
+		LogLevel:    "info",
+		Policy: Policy{
+			BackoffBase: Duration(policy.BackoffBaseDefault), BackoffMax: Duration(policy.BackoffMaxDefault),
+			Window: Duration(policy.WindowDefault), MaxInWindow: policy.MaxInWindowDefault,
+			MaxLifetime: policy.MaxLifetimeDefault, StableAfter: Duration(policy.StableAfterDefault),
+			JobCrashRetries: policy.JobCrashRetriesDefault,
+		},
+	}
+}
+
+// Parse reads a YAML document over the defaults. Unknown fields are errors.
+func Parse(data []byte) (Config, error) {
+	c := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("config: %s", describe(data, err))
+	}
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		if p.Concurrency == 0 {
+			p.Concurrency = supervisor.ConcurrencyDefault
+		}
+		if p.TaskTimeout == 0 {
+			p.TaskTimeout = Duration(supervisor.TaskTimeoutDefault)
+		}
+		if p.Backpressure.PauseInterval == 0 {
+			p.Backpressure.PauseInterval = Duration(10 * time.Second)
+		}
+	}
+	return c, nil
+}
+
+// Load reads the file at path ("" = defaults only).
+func Load(path string) (Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data)
+}
+
+// Validate reports the first invalid field by name.
+func (c Config) Validate() error {
+	if c.Host != "" {
+		if err := health.CheckName("host", c.Host); err != nil {
+			return err
+		}
+	}
+	hb := c.Heartbeat
+	switch {
+	case hb.Interval <= 0:
+		return errors.New("heartbeat.interval must be > 0")
+	case hb.TTL <= 0:
+		return errors.New("heartbeat.ttl must be > 0")
+	case hb.TTL <= hb.Interval:
+		return fmt.Errorf("heartbeat.ttl (%s) must be greater than heartbeat.interval (%s)", hb.TTL, hb.Interval)
+	case hb.StartTimeout <= 0:
+		return errors.New("heartbeat.start_timeout must be > 0")
+	case time.Duration(c.StopTimeout) < time.Second:
+		return fmt.Errorf("stop_timeout must be at least 1s, got %s", c.StopTimeout)
+	case c.Lease <= 0:
+		return errors.New("lease must be > 0")
+	case c.Capacity < 0:
+		return errors.New("capacity must be >= 0")
+	case c.MaxBody <= 0:
+		return errors.New("max_body must be > 0")
+	case c.MaxPoolSize < 1:
+		return errors.New("max_pool_size must be >= 1")
+	case c.SSE.MaxClients < 1 || c.SSE.MaxLag < 1 || c.SSE.KeepAlive <= 0:
+		return errors.New("sse.max_clients, sse.max_lag and sse.keepalive must be > 0")
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return fmt.Errorf("log_format must be text or json, got %q", c.LogFormat)
+	}
+	if err := c.PolicyConfig().Validate(); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Pools {
+		f := fmt.Sprintf("pools[%d]", i)
+		if err := health.CheckName(f+".queue", p.Queue); err != nil {
+			return err
+		}
+		switch {
+		case seen[p.Queue]:
+			return fmt.Errorf("%s.queue: duplicate queue %q", f, p.Queue)
+		case len(p.Command) == 0 || p.Command[0] == "":
+			return fmt.Errorf("%s.command: empty command for queue %q", f, p.Queue)
+		case p.Workers < 0 || p.Workers > c.MaxPoolSize:
+			return fmt.Errorf("%s.workers must be from 0 to max_pool_size (%d), got %d", f, c.MaxPoolSize, p.Workers)
+		case p.Concurrency < 1:
+			return fmt.Errorf("%s.concurrency must be >= 1", f)
+		case p.TaskTimeout <= 0:
+			return fmt.Errorf("%s.task_timeout must be > 0", f)
+		case p.Backpressure.HighWatermark < 0 || p.Backpressure.LoadThreshold < 0 || p.Backpressure.PauseInterval <= 0:
+			return fmt.Errorf("%s.backpressure: values must be >= 0 and pause_interval > 0", f)
+		}
+		seen[p.Queue] = true
+	}
+	return nil
+}
+
+// PolicyConfig converts the policy section.
+func (c Config) PolicyConfig() policy.Config {
+	p := c.Policy
+	return policy.Config{
+		BackoffBase: time.Duration(p.BackoffBase), BackoffMax: time.Duration(p.BackoffMax), Jitter: p.Jitter,
+		Window: time.Duration(p.Window), MaxInWindow: p.MaxInWindow, MaxLifetime: p.MaxLifetime,
+		StableAfter: time.Duration(p.StableAfter), JobCrashRetries: p.JobCrashRetries,
+	}
+}
+
+// SupervisorPools converts the pools.
+func (c Config) SupervisorPools() []supervisor.Pool {
+	out := make([]supervisor.Pool, len(c.Pools))
+	for i, p := range c.Pools {
+		out[i] = supervisor.Pool{Queue: p.Queue, Workers: p.Workers, Command: p.Command,
+			Concurrency: p.Concurrency, TaskTimeout: time.Duration(p.TaskTimeout), Env: p.Env}
+	}
+	return out
+}
+
+// HeartbeatConfig converts the heartbeat section.
+func (c Config) HeartbeatConfig() supervisor.Heartbeat {
+	return supervisor.Heartbeat{Interval: time.Duration(c.Heartbeat.Interval), TTL: time.Duration(c.Heartbeat.TTL),
+		StartTimeout: time.Duration(c.Heartbeat.StartTimeout)}
+}
+
+// describe turns a YAML error into one line that names the field.
+func describe(data []byte, err error) string {
+	var pe *posError
+	if errors.As(err, &pe) {
+		var doc yaml.Node
+		where := map[[2]int]string{}
+		if yaml.Unmarshal(data, &doc) == nil {
+			paths(&doc, "", where)
+		}
+		if p, ok := where[[2]int{pe.line, pe.col}]; ok {
+			return fmt.Sprintf("%s: %v (line %d)", p, pe.err, pe.line)
+		}
+		return pe.Error()
+	}
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return strings.Join(te.Errors, "; ")
+	}
+	return strings.ReplaceAll(err.Error(), "\n", " ")
+}
