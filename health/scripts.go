@@ -51,11 +51,11 @@ local pid = redis.call('HGET', KEYS[2], 'pid')
 local st = redis.call('HGET', KEYS[2], 'status')
 if pid and pid ~= ARGV[1] then return {-1, st or ''} end
 if pid and st ~= 'starting' and st ~= 'healthy' and st ~= 'stopping' then return {-1, st or ''} end
+-- no pid: no record (Redis lost its data), or a record the supervisor wrote
+-- just before spawning this process: adopt it. Anything else is not ours.
+if not pid and st and st ~= 'starting' then return {-1, st} end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if not pid then
-  -- no record (Redis lost its data), or a record the supervisor wrote just
-  -- before spawning this process: adopt it. Anything else is not ours.
-  if st and st ~= 'starting' then return {-1, st} end
   redis.call('HSET', KEYS[2], 'status', 'healthy', 'pid', ARGV[1], 'host', ARGV[4], 'queue', ARGV[5],
     'slot', ARGV[6], 'started_at', ARGV[7], 'healthy_since', ARGV[2], 'last_heartbeat', ARGV[2],
     'updated_at', ARGV[2], 'held', '0')

@@ -60,7 +60,3 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("unknown command exit %d", code)
 	}
 }
-
-
-
-
