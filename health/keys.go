@@ -126,6 +126,9 @@ func (k Keys) Events() string { return k.Prefix + "events" }
 // shares the slot of asynq's keys for q.
 func (k Keys) JobCrashes(q, t string) string { return k.Prefix + "job:{" + q + "}:" + t + ":crashes" }
 
+// QueueStats is the hash of a queue's rolling job statistics (avg_ms).
+func (k Keys) QueueStats(q string) string { return k.Prefix + "qstats:{" + q + "}" }
+
 // Schema is the key-layout version.
 func (k Keys) Schema() string { return k.Prefix + "schema" }
 

@@ -1,0 +1,84 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/hibiken/asynq"
+)
+
+// FieldAvgMS is the rolling average job time (ms) in the queue stats hash.
+const FieldAvgMS = "avg_ms"
+
+// Stats are one queue's statistics (DESIGN.md §6), or the sum of all.
+type Stats struct {
+	Queue       string  `json:"queue" doc:"Queue name; empty for the aggregate"`
+	Pending     int     `json:"pending"`
+	Running     int     `json:"running"`
+	Scheduled   int     `json:"scheduled"`
+	Retry       int     `json:"retry"`
+	Completed   int     `json:"completed" doc:"Tasks processed successfully (cumulative)"`
+	Failed      int     `json:"failed" doc:"Tasks whose processing failed (cumulative)"`
+	Archived    int     `json:"archived"`
+	Paused      bool    `json:"paused"`
+	AvgJobMS    float64 `json:"avg_job_ms" doc:"Rolling average job duration in milliseconds"`
+	LiveWorkers int     `json:"live_workers"`
+	ETASeconds  float64 `json:"eta_seconds" doc:"pending × average ÷ live workers; 0 when unknown"`
+}
+
+// Stats reads the statistics of queues; live gives each queue's live
+// (healthy) workers. A queue asynq has never seen has zero counts.
+func (c *Control) Stats(ctx context.Context, queues []string, live map[string]int) (per []Stats, total Stats, err error) {
+	pause, err := c.State(ctx)
+	if err != nil {
+		return nil, total, err
+	}
+	pipe := c.rdb.Pipeline()
+	avgs := make([]interface{ Val() string }, len(queues))
+	for i, q := range queues {
+		avgs[i] = pipe.HGet(ctx, c.keys.QueueStats(q), FieldAvgMS)
+	}
+	_, _ = pipe.Exec(ctx) // missing hashes are fine
+	var weighted float64
+	for i, q := range queues {
+		s := Stats{Queue: q, Paused: pause.Paused(q), LiveWorkers: live[q]}
+		info, err := c.insp.GetQueueInfo(q)
+		switch {
+		case errors.Is(err, asynq.ErrQueueNotFound):
+		case err != nil:
+			return nil, total, fmt.Errorf("queue %s info: %w", q, err)
+		default:
+			s.Pending, s.Running, s.Scheduled, s.Retry = info.Pending, info.Active, info.Scheduled, info.Retry
+			s.Archived, s.Failed = info.Archived, info.FailedTotal
+			s.Completed = info.ProcessedTotal - info.FailedTotal
+		}
+		s.AvgJobMS, _ = strconv.ParseFloat(avgs[i].Val(), 64)
+		s.ETASeconds = eta(s.Pending, s.AvgJobMS, s.LiveWorkers)
+		per = append(per, s)
+
+		total.Pending += s.Pending
+		total.Running += s.Running
+		total.Scheduled += s.Scheduled
+		total.Retry += s.Retry
+		total.Completed += s.Completed
+		total.Failed += s.Failed
+		total.Archived += s.Archived
+		total.LiveWorkers += s.LiveWorkers
+		weighted += s.AvgJobMS * float64(s.Completed)
+	}
+	total.Paused = pause.Global
+	if total.Completed > 0 {
+		total.AvgJobMS = weighted / float64(total.Completed)
+	}
+	total.ETASeconds = eta(total.Pending, total.AvgJobMS, total.LiveWorkers)
+	return per, total, nil
+}
+
+func eta(pending int, avgMS float64, live int) float64 {
+	if live == 0 || avgMS == 0 {
+		return 0
+	}
+	return float64(pending) * avgMS / float64(live) / 1000
+}
