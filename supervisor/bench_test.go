@@ -1,0 +1,170 @@
+package supervisor_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testredis"
+	"github.com/vigil-dev/vigil/policy"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+// These benchmarks measure latencies, not throughput: each reports
+// percentiles as custom metrics. They need a real Redis
+// (VIGIL_TEST_REDIS_URL) and are run by `make bench`.
+
+// BenchmarkKillToCrashed measures SIGKILL of a healthy child → its record
+// `crashed` in Redis, observed by reading the record in a tight loop.
+func BenchmarkKillToCrashed(b *testing.B) {
+	env := testredis.NewReal(b)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	sup := startBenchSupervisor(b, env, 1, time.Second, 10*time.Second)
+	id := health.ComponentID{Queue: "q", Slot: 0}
+	ctx := context.Background()
+	key := store.Keys().Component(id)
+	var lat []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		c := waitFor(b, store, id, func(c health.Component) bool { return c.Status == health.StatusHealthy })
+		start := time.Now()
+		if err := syscall.Kill(c.PID, syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			st, err := env.Client.HGet(ctx, key, health.FieldStatus).Result()
+			if err == nil && st != string(health.StatusHealthy) {
+				lat = append(lat, time.Since(start))
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				b.Fatalf("no crashed record after 10s (status %q)", st)
+			}
+		}
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+	_ = sup
+}
+
+// BenchmarkHangDetection measures how long after its heartbeat key should
+// expire a hung (SIGSTOPped) worker is recorded crashed, at TTL 2s with
+// 1,000 other live heartbeat keys refreshed meanwhile.
+func BenchmarkHangDetection(b *testing.B) {
+	env := testredis.NewReal(b)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	const ttl = 2 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // 1,000 other live heartbeat keys
+		defer wg.Done()
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			pipe := env.Client.Pipeline()
+			for i := range 1000 {
+				pipe.Set(ctx, store.Keys().Heartbeat(health.ComponentID{Queue: "other", Slot: i}), time.Now().UnixMilli(), ttl)
+			}
+			_, _ = pipe.Exec(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	const workers = 5
+	startBenchSupervisor(b, env, workers, 500*time.Millisecond, ttl)
+	var over []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		type hung struct {
+			c    health.Component
+			last time.Time // its last heartbeat
+		}
+		var stopped []hung
+		for s := range workers {
+			id := health.ComponentID{Queue: "q", Slot: s}
+			c := waitFor(b, store, id, func(c health.Component) bool { return c.Status == health.StatusHealthy })
+			if err := syscall.Kill(c.PID, syscall.SIGSTOP); err != nil {
+				b.Fatal(err)
+			}
+			// Once stopped, the key holds its last beat.
+			v, err := env.Client.Get(ctx, store.Keys().Heartbeat(c.ID)).Result()
+			ms, _ := strconv.ParseInt(v, 10, 64)
+			if err != nil || ms == 0 {
+				b.Fatalf("%s: no heartbeat value: %v", id, err)
+			}
+			stopped = append(stopped, hung{c, time.UnixMilli(ms)})
+		}
+		for _, h := range stopped {
+			key := store.Keys().Component(h.c.ID)
+			for {
+				rec, _ := env.Client.HMGet(ctx, key, health.FieldStatus, health.FieldPID).Result()
+				if len(rec) == 2 && (rec[0] != string(health.StatusHealthy) || rec[1] != strconv.Itoa(h.c.PID)) {
+					break
+				}
+				if time.Since(h.last) > 10*ttl {
+					b.Fatalf("%s: hang not detected", h.c.ID)
+				}
+			}
+			over = append(over, time.Since(h.last)-ttl)
+		}
+	}
+	b.StopTimer()
+	reportPercentiles(b, over)
+}
+
+func startBenchSupervisor(b *testing.B, env *testredis.Env, n int, interval, ttl time.Duration) *supervisor.Supervisor {
+	b.Helper()
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	sup, err := supervisor.New(supervisor.Config{
+		Host: "bench", RedisURL: env.URL, Prefix: env.Prefix,
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
+		Heartbeat: supervisor.Heartbeat{Interval: interval, TTL: ttl},
+		Policy: policy.Config{BackoffBase: time.Millisecond, BackoffMax: time.Millisecond,
+			MaxInWindow: 1 << 30, MaxLifetime: 1 << 30},
+		Logger: benchLogger(),
+	}, store)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := sup.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = sup.Stop(context.Background()) })
+	return sup
+}
+
+func reportPercentiles(b *testing.B, d []time.Duration) {
+	b.Helper()
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	pct := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+	b.ReportMetric(float64(pct(0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(pct(0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(d[len(d)-1].Microseconds())/1000, "max-ms")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("n=%d p50=%s p99=%s max=%s", len(d), pct(0.5), pct(0.99), d[len(d)-1])
+	_ = fmt.Sprint
+}
+
+func benchLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
