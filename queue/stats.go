@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/hibiken/asynq"
@@ -41,10 +42,21 @@ func (c *Control) Stats(ctx context.Context, queues []string, live map[string]in
 		avgs[i] = pipe.HGet(ctx, c.keys.QueueStats(q), FieldAvgMS)
 	}
 	_, _ = pipe.Exec(ctx) // missing hashes are fine
+	// GetQueueInfo's error for a queue asynq has never seen does not wrap
+	// ErrQueueNotFound (asynq v0.26.0), so ask which queues it knows.
+	known, err := c.insp.Queues()
+	if err != nil {
+		return nil, total, fmt.Errorf("list asynq queues: %w", err)
+	}
 	var weighted float64
 	for i, q := range queues {
 		s := Stats{Queue: q, Paused: pause.Paused(q), LiveWorkers: live[q]}
-		info, err := c.insp.GetQueueInfo(q)
+		var info *asynq.QueueInfo
+		if slices.Contains(known, q) {
+			info, err = c.insp.GetQueueInfo(q)
+		} else {
+			err = asynq.ErrQueueNotFound
+		}
 		switch {
 		case errors.Is(err, asynq.ErrQueueNotFound):
 		case err != nil:
