@@ -23,6 +23,7 @@ Usage:
   vigil serve [--config vigil.yaml] [flags]   run the supervisor and admin server
   vigil demo                                   run a demo (embedded Redis, three pools)
   vigil worker [--demo]                        the worker runtime a pool command can be
+  vigil openapi [--dir openapi]                write the admin API's OpenAPI documents
   vigil version                                print the version
 
 Run "vigil serve -h" for every setting.
@@ -50,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = demoCmd(ctx, args[1:], stderr)
 	case "worker":
 		err = workerCmd(ctx, args[1:], stderr)
+	case "openapi":
+		err = openapiCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "vigil", version)
 	case "help", "-h", "--help":

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/server"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -80,6 +83,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		return err
 	}
 	store := health.NewStore(rdb, cfg.Prefix, 0)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("admin server: %w", err)
+	}
+	defer ln.Close()
 	sup, err := supervisor.New(supervisor.Config{
 		Host:        cfg.Host,
 		RedisURL:    url,
@@ -97,11 +105,28 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		return err
 	}
 	log.Info("vigil running", "version", version, "host", sup.Config().Host, "redis", rdb.Options().Addr, "pools", len(cfg.Pools))
+	srv, err := adminServer(cfg, store, sup, log)
+	if err != nil {
+		_ = sup.Stop(context.Background())
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("admin server listening", "url", "http://"+ln.Addr().String()+"/", "docs", "http://"+ln.Addr().String()+"/docs")
 	if started != nil {
 		started(sup)
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		log.Error("admin server stopped", "err", err)
+	}
 	log.Info("shutting down: stopping workers", "stop_timeout", cfg.StopTimeout)
+	hctx, hcancel := context.WithTimeout(context.Background(), time.Second)
+	defer hcancel()
+	if err := srv.Shutdown(hctx); err != nil {
+		_ = srv.Close()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.StopTimeout)+2*time.Second)
 	defer cancel()
 	if err := sup.Stop(sctx); err != nil {
@@ -109,6 +134,37 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// adminServer builds the HTTP server of the admin API (DESIGN.md §7).
+func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervisor, log *slog.Logger) (*http.Server, error) {
+	queues := make([]string, len(cfg.Pools))
+	for i, p := range cfg.Pools {
+		queues[i] = p.Queue
+	}
+	h, err := server.New(server.Config{
+		Store: store, Supervisor: sup, Queues: queues,
+		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
+		Version: server.APIVersion, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("admin server: %w", err)
+	}
+	switch {
+	case cfg.ReadOnly:
+		log.Info("admin API is read-only: every mutation answers 403")
+	case cfg.Token == "":
+		log.Warn("no admin token configured: mutations are accepted only from loopback clients (set token / VIGIL_TOKEN)")
+	default:
+		log.Info("admin API: mutations need the bearer token", "auth_reads", cfg.AuthReads)
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}, nil
 }
 
 // startEmbeddedRedis starts a miniredis on a loopback port whose keys expire

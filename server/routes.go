@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"slices"
+
+	"github.com/danielgtaylor/huma/v2"
+)
+
+// APIVersion is the admin API's version in the spec.
+const APIVersion = "1.0.0"
+
+const apiDescription = `Vigil's admin API: the supervised workers, their queues and jobs.
+
+**Auth.** A bearer token (config ` + "`token`" + ` / ` + "`VIGIL_TOKEN`" + `) is required on every
+mutating operation and, with ` + "`auth_reads: true`" + `, on reads. Missing or wrong: 401.
+` + "`read_only: true`" + ` answers 403 to every mutation. With no token configured, mutations
+are accepted only from loopback clients. The dashboard exchanges the token for an HttpOnly
+session cookie (` + "`POST /api/v1/session`" + `), accepted like the header; cookie-authenticated
+mutations must come from the same origin.
+
+**Errors** are RFC 9457 problem details (` + "`application/problem+json`" + `).
+
+**Actions** are synchronous: they answer once the new state is written. They take no request
+body; their options are query parameters.`
+
+// tags group the operations in the spec and in Swagger UI.
+var tags = []*huma.Tag{
+	{Name: "health", Description: "Liveness, readiness and the cluster's health."},
+	{Name: "workers", Description: "Supervised worker processes and the operator's actions on them."},
+	{Name: "queues", Description: "Queue statistics and pause/resume."},
+	{Name: "jobs", Description: "Enqueue, look up, retry, cancel and delete jobs."},
+	{Name: "session", Description: "The dashboard's session cookie."},
+}
+
+// route registers op guarded by a, with its security requirement and the
+// auth errors it can answer.
+func route[I, O any](api huma.API, a access, op huma.Operation, h func(context.Context, *I) (*O, error)) {
+	switch a {
+	case accessOpen:
+		op.Security = securityOpen
+	case accessRead:
+		op.Security = securityRead
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+	case accessWrite:
+		op.Security = securityWrite
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+	}
+	slices.Sort(op.Errors)
+	op.Errors = slices.Compact(op.Errors)
+	op.Metadata = map[string]any{metaAccess: a}
+	huma.Register(api, op, h)
+}
+
+// register adds every operation of the API.
+func (s *server) register(api huma.API) {
+	s.registerHealth(api)
+	s.registerWorkers(api)
+	s.registerQueues(api)
+	s.registerJobs(api)
+	s.registerSession(api)
+}
+
+// withBody caps op's request body at max_body.
+func (s *server) withBody(op huma.Operation) huma.Operation {
+	// Huma answers 413 when it reads MaxBodyBytes bytes, so allow one more
+	// than the cap.
+	op.MaxBodyBytes = s.cfg.MaxBody + 1
+	op.Errors = append(op.Errors, http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity)
+	return op
+}

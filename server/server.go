@@ -1,0 +1,172 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/hibiken/asynq"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/queue"
+	"github.com/vigil-dev/vigil/web"
+)
+
+// Defaults of Config.
+const (
+	MaxBodyDefault    = 1 << 20 // 1 MiB (DESIGN.md §7)
+	MaxPayloadDefault = 256 << 10
+	SessionTTLDefault = 12 * time.Hour
+	// ReadyTimeout bounds the Redis ping of /readyz and /api/v1/health.
+	ReadyTimeout = time.Second
+	// BodyReadTimeout bounds reading one request body.
+	BodyReadTimeout = 30 * time.Second
+)
+
+// Supervisor is what the server needs of supervisor.Supervisor: the
+// operator actions on this host's components and their output.
+type Supervisor interface {
+	Restart(ctx context.Context, id health.ComponentID) (health.Component, error)
+	StopComponent(ctx context.Context, id health.ComponentID) (health.Component, error)
+	Reset(ctx context.Context, id health.ComponentID, restart bool) (health.Component, error)
+	Owns(id health.ComponentID) bool
+	Logs(id health.ComponentID) []string
+}
+
+// Config configures the admin server.
+type Config struct {
+	// Store is the health store; its Redis also holds asynq's queues.
+	Store *health.Store
+	// Supervisor acts on this host's workers; nil: worker actions answer 404.
+	Supervisor Supervisor
+	// Queue is the pause control; nil: queue.NewControl(Store).
+	Queue *queue.Control
+	// Queues are the configured pools' queues; other queues answer 404.
+	Queues []string
+
+	// Token is the bearer token ("" = none: mutations only from loopback).
+	Token     string
+	AuthReads bool
+	ReadOnly  bool
+	// MaxBody caps request bodies (bytes, default MaxBodyDefault).
+	MaxBody int64
+	// MaxPayload caps an enqueued job's payload (bytes, default
+	// MaxPayloadDefault).
+	MaxPayload int64
+	// SessionTTL is the dashboard cookie's lifetime (default
+	// SessionTTLDefault).
+	SessionTTL time.Duration
+	// BasePath is the path prefix the host program mounts the handler under
+	// (with http.StripPrefix), e.g. "/admin"; it goes into the served spec's
+	// servers and the session cookie's path. "" = the root.
+	BasePath string
+	// Version is the API version in the spec (default "1.0.0").
+	Version string
+
+	Logger *slog.Logger
+	Clock  clock.Clock
+}
+
+func (c Config) withDefaults() Config {
+	c.MaxBody = cmp.Or(c.MaxBody, MaxBodyDefault)
+	c.MaxPayload = cmp.Or(c.MaxPayload, MaxPayloadDefault)
+	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
+	c.Version = cmp.Or(c.Version, APIVersion)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Queue == nil && c.Store != nil {
+		c.Queue = queue.NewControl(c.Store)
+	}
+	c.Queues = slices.Clone(c.Queues)
+	slices.Sort(c.Queues)
+	c.Queues = slices.Compact(c.Queues)
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("server: Config.Store is required")
+	case c.MaxBody < 0 || c.MaxPayload < 0 || c.SessionTTL < 0:
+		return errors.New("server: MaxBody, MaxPayload and SessionTTL must be >= 0")
+	case c.BasePath != "" && (c.BasePath[0] != '/' || c.BasePath[len(c.BasePath)-1] == '/'):
+		return fmt.Errorf("server: BasePath %q must start with / and not end with one", c.BasePath)
+	}
+	for _, q := range c.Queues {
+		if err := health.CheckName("queue", q); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+	}
+	return nil
+}
+
+// New returns the admin server's handler. Mount it at the root, or under a
+// prefix with http.StripPrefix (and Config.BasePath set to that prefix).
+func New(cfg Config) (http.Handler, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &server{
+		cfg:   cfg,
+		store: cfg.Store,
+		log:   cfg.Logger,
+		insp:  asynq.NewInspectorFromRedisClient(cfg.Store.Client()),
+		jobs:  asynq.NewClientFromRedisClient(cfg.Store.Client()),
+	}
+	mux := http.NewServeMux()
+	api := newAPI(mux, cfg)
+	api.UseMiddleware(s.authMiddleware(api))
+	s.register(api)
+	mux.Handle("GET /docs", web.Docs())
+	mux.Handle("GET /docs/{file}", web.Docs())
+	mux.Handle("GET /{$}", web.Home())
+	return s.wrap(mux), nil
+}
+
+// server holds the handlers' dependencies.
+type server struct {
+	cfg   Config
+	store *health.Store
+	log   *slog.Logger
+	insp  *asynq.Inspector
+	jobs  *asynq.Client
+}
+
+// Spec returns the OpenAPI document of the API as New serves it at the
+// root (BasePath "").
+func Spec() *huma.OpenAPI {
+	api := newAPI(http.NewServeMux(), Config{Version: APIVersion})
+	(&server{}).register(api)
+	return api.OpenAPI()
+}
+
+// newAPI makes the Huma API on mux: Huma's own docs page (CDN assets) and
+// schema routes are off; the spec is served at /openapi.{json,yaml} and
+// /openapi-3.0.{json,yaml}.
+func newAPI(mux *http.ServeMux, cfg Config) huma.API {
+	hc := huma.DefaultConfig("Vigil admin API", cmp.Or(cfg.Version, APIVersion))
+	hc.DocsPath = ""
+	hc.SchemasPath = ""
+	hc.CreateHooks = nil // no $schema links in bodies
+	hc.Info.Description = apiDescription
+	hc.Info.License = &huma.License{Name: "MIT", URL: "https://opensource.org/licenses/MIT"}
+	hc.Servers = []*huma.Server{{URL: cfg.BasePath + "/", Description: "this admin server"}}
+	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		schemeBearer: {Type: "http", Scheme: "bearer", Description: "The admin token (`token` / `VIGIL_TOKEN`)."},
+	}
+	hc.Tags = tags
+	return humago.New(mux, hc)
+}

@@ -1,0 +1,222 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// Worker is one component as the API shows it (health.WorkerView, with
+// the docs of the spec).
+type Worker struct {
+	Component        string `json:"component" example:"worker:tag:0" doc:"Component id, worker:<queue>:<slot>"`
+	ID               int    `json:"id" example:"0" doc:"Slot number within the pool"`
+	QueueType        string `json:"queue_type" example:"tag" doc:"The queue the worker consumes"`
+	Status           string `json:"status" enum:"starting,healthy,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (DESIGN.md §4)"`
+	Reason           string `json:"reason,omitempty" example:"exit code 1" doc:"Why it is in this status"`
+	Held             bool   `json:"held" doc:"Stopped by an operator: not started again until an operator restart"`
+	Host             string `json:"host,omitempty" example:"box-1" doc:"Host that runs it"`
+	PID              int    `json:"pid,omitempty" example:"4242" doc:"Process id on that host"`
+	CurrentJob       string `json:"current_job,omitempty" doc:"Task the worker runs now, if any"`
+	ExitCode         *int   `json:"exit_code,omitempty" example:"1" doc:"Code of the last exit (-1 unknown, -2 heartbeat timeout, -3 invalid heartbeat, 128+N signal N)"`
+	Signal           string `json:"signal,omitempty" example:"SIGKILL" doc:"Signal that ended the last process, if any"`
+	RestartCount     int    `json:"restart_count" example:"0" doc:"Consecutive counted restarts"`
+	LifetimeRestarts int    `json:"lifetime_restarts" example:"3" doc:"Counted restarts since the last reset"`
+	StartedAt        int64  `json:"started_at,omitempty" example:"1790000000000" doc:"Start of the current process (Unix ms)"`
+	LastHeartbeat    int64  `json:"last_heartbeat,omitempty" example:"1790000005000" doc:"Last heartbeat (Unix ms)"`
+	HealthySince     int64  `json:"healthy_since,omitempty" example:"1790000001000" doc:"Healthy without interruption since (Unix ms)"`
+	UpdatedAt        int64  `json:"updated_at,omitempty" example:"1790000001000" doc:"Last change of the record (Unix ms)"`
+	FailedAt         int64  `json:"failed_at,omitempty" doc:"When it was marked failed (Unix ms)"`
+	FailureReason    string `json:"failure_reason,omitempty" example:"5 crashes within 5m0s" doc:"Why it was marked failed"`
+}
+
+func workerOf(c health.Component) Worker { return Worker(c.View()) }
+
+// ComponentParam names a component in the path. Ids are validated here
+// and again when parsed: nothing malformed reaches a Redis key.
+type ComponentParam struct {
+	Component string `path:"component" maxLength:"80" pattern:"^worker:[a-z0-9][a-z0-9_-]{0,62}:(0|[1-9][0-9]{0,5})$" example:"worker:tag:0" doc:"Component id, worker:<queue>:<slot>"`
+}
+
+func (p ComponentParam) id() (health.ComponentID, error) {
+	id, err := health.ParseComponentID(p.Component)
+	if err != nil {
+		return id, huma.Error422UnprocessableEntity(err.Error())
+	}
+	return id, nil
+}
+
+// WorkersOutput lists workers.
+type WorkersOutput struct {
+	Body struct {
+		Workers []Worker `json:"workers" doc:"Every known component of the cluster, by queue then slot"`
+	}
+}
+
+// WorkerOutput is one worker.
+type WorkerOutput struct{ Body Worker }
+
+// WorkerAction is the answer to an action on a worker.
+type WorkerAction struct {
+	Action  string `json:"action" enum:"restart,stop,reset" example:"restart" doc:"What was done"`
+	Message string `json:"message" example:"worker:tag:0 restarted" doc:"What happened, for people"`
+	Worker  Worker `json:"worker" doc:"The worker's state once the action was written"`
+}
+
+// WorkerActionOutput wraps WorkerAction.
+type WorkerActionOutput struct{ Body WorkerAction }
+
+// ResetInput is the reset action's input.
+type ResetInput struct {
+	ComponentParam
+	Restart bool `query:"restart" doc:"Start the worker again right after the reset"`
+}
+
+// LogsOutput is a worker's recent output.
+type LogsOutput struct {
+	Body struct {
+		Component string   `json:"component" example:"worker:tag:0"`
+		Lines     []string `json:"lines" doc:"The last lines the worker printed (stdout and stderr), oldest first"`
+	}
+}
+
+func (s *server) registerWorkers(api huma.API) {
+	route(api, accessRead, huma.Operation{
+		OperationID: "list-workers", Method: http.MethodGet, Path: "/api/v1/workers", Tags: []string{"workers"},
+		Summary:     "List workers",
+		Description: "Every known component of the cluster with its status and restart history.",
+	}, s.listWorkers)
+	route(api, accessRead, huma.Operation{
+		OperationID: "get-worker", Method: http.MethodGet, Path: "/api/v1/workers/{component}", Tags: []string{"workers"},
+		Summary: "Get a worker",
+		Errors:  []int{http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, s.getWorker)
+	route(api, accessRead, huma.Operation{
+		OperationID: "get-worker-logs", Method: http.MethodGet, Path: "/api/v1/workers/{component}/logs", Tags: []string{"workers"},
+		Summary:     "A worker's recent output",
+		Description: "The last lines the worker printed, as kept by the host that runs it (404 on other hosts).",
+		Errors:      []int{http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, s.workerLogs)
+	route(api, accessWrite, huma.Operation{
+		OperationID: "restart-worker", Method: http.MethodPost, Path: "/api/v1/workers/{component}/restart", Tags: []string{"workers"},
+		Summary:     "Restart a worker now",
+		Description: "Stops the worker gracefully if it runs and starts it again at once, bypassing backoff; not counted against the restart limits. Also starts a failed or held worker (a failed one keeps its lifetime count).",
+		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable},
+	}, s.restartWorker)
+	route(api, accessWrite, huma.Operation{
+		OperationID: "stop-worker", Method: http.MethodPost, Path: "/api/v1/workers/{component}/stop", Tags: []string{"workers"},
+		Summary:     "Stop a worker",
+		Description: "Stops the worker gracefully (SIGTERM, then SIGKILL after stop_timeout) and holds it stopped: it is not started again until an operator restart.",
+		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable},
+	}, s.stopWorker)
+	route(api, accessWrite, huma.Operation{
+		OperationID: "reset-worker", Method: http.MethodPost, Path: "/api/v1/workers/{component}/reset", Tags: []string{"workers"},
+		Summary:     "Reset a worker",
+		Description: "Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.",
+		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable},
+	}, s.resetWorker)
+}
+
+func (s *server) listWorkers(ctx context.Context, _ *struct{}) (*WorkersOutput, error) {
+	cs, err := s.store.List(ctx)
+	if err != nil {
+		return nil, s.fail(ctx, "list workers", err)
+	}
+	out := &WorkersOutput{}
+	out.Body.Workers = make([]Worker, len(cs))
+	for i, c := range cs {
+		out.Body.Workers[i] = workerOf(c)
+	}
+	return out, nil
+}
+
+func (s *server) getWorker(ctx context.Context, in *ComponentParam) (*WorkerOutput, error) {
+	id, err := in.id()
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.store.Get(ctx, id)
+	if err != nil {
+		return nil, s.fail(ctx, "read "+id.String(), err)
+	}
+	return &WorkerOutput{Body: workerOf(c)}, nil
+}
+
+func (s *server) workerLogs(ctx context.Context, in *ComponentParam) (*LogsOutput, error) {
+	id, err := in.id()
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Supervisor == nil || !s.cfg.Supervisor.Owns(id) {
+		return nil, huma.Error404NotFound(id.String() + " is not run by this host")
+	}
+	out := &LogsOutput{}
+	out.Body.Component, out.Body.Lines = id.String(), s.cfg.Supervisor.Logs(id)
+	if out.Body.Lines == nil {
+		out.Body.Lines = []string{}
+	}
+	return out, nil
+}
+
+// workerAction runs one supervisor action and announces it.
+func (s *server) workerAction(ctx context.Context, p ComponentParam, action, done string,
+	do func(context.Context, health.ComponentID) (health.Component, error)) (*WorkerActionOutput, error) {
+	id, err := p.id()
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Supervisor == nil || !s.cfg.Supervisor.Owns(id) {
+		return nil, s.fail(ctx, action+" "+id.String(), unknownComponent(id))
+	}
+	c, err := do(ctx, id)
+	if err != nil {
+		return nil, s.fail(ctx, action+" "+id.String(), err)
+	}
+	msg := id.String() + " " + done
+	s.announce(ctx, id.Topic(), action, id.String(), msg)
+	return &WorkerActionOutput{Body: WorkerAction{Action: action, Message: msg, Worker: workerOf(c)}}, nil
+}
+
+func (s *server) restartWorker(ctx context.Context, in *ComponentParam) (*WorkerActionOutput, error) {
+	return s.workerAction(ctx, *in, "restart", "restarted", s.cfg.supervisor().Restart)
+}
+
+func (s *server) stopWorker(ctx context.Context, in *ComponentParam) (*WorkerActionOutput, error) {
+	return s.workerAction(ctx, *in, "stop", "stopped and held", s.cfg.supervisor().StopComponent)
+}
+
+func (s *server) resetWorker(ctx context.Context, in *ResetInput) (*WorkerActionOutput, error) {
+	done := "reset: stopped and held"
+	if in.Restart {
+		done = "reset and started"
+	}
+	return s.workerAction(ctx, in.ComponentParam, "reset", done, func(ctx context.Context, id health.ComponentID) (health.Component, error) {
+		return s.cfg.Supervisor.Reset(ctx, id, in.Restart)
+	})
+}
+
+// supervisor is cfg.Supervisor or, when there is none, one that knows no
+// component (its methods are reached only through workerAction's check).
+func (c Config) supervisor() Supervisor {
+	if c.Supervisor == nil {
+		return noSupervisor{}
+	}
+	return c.Supervisor
+}
+
+type noSupervisor struct{}
+
+func (noSupervisor) Restart(_ context.Context, id health.ComponentID) (health.Component, error) {
+	return health.Component{}, unknownComponent(id)
+}
+func (noSupervisor) StopComponent(_ context.Context, id health.ComponentID) (health.Component, error) {
+	return health.Component{}, unknownComponent(id)
+}
+func (noSupervisor) Reset(_ context.Context, id health.ComponentID, _ bool) (health.Component, error) {
+	return health.Component{}, unknownComponent(id)
+}
+func (noSupervisor) Owns(health.ComponentID) bool     { return false }
+func (noSupervisor) Logs(health.ComponentID) []string { return nil }
