@@ -21,7 +21,18 @@ const (
 	EnvHeartbeatTTL      = "VIGIL_HEARTBEAT_TTL"
 	EnvShutdownTimeout   = "VIGIL_SHUTDOWN_TIMEOUT"
 	EnvJobCrashRetries   = "VIGIL_JOB_CRASH_RETRIES"
+	// Optional, per pool (DESIGN.md §6, §10): scratch directories and
+	// backpressure. Absent means the default (off).
+	EnvKeepScratch               = "VIGIL_KEEP_SCRATCH_ON_SUCCESS"
+	EnvScratchDir                = "VIGIL_SCRATCH_DIR"
+	EnvBackpressureHighWatermark = "VIGIL_BACKPRESSURE_HIGH_WATERMARK"
+	EnvBackpressureLoadThreshold = "VIGIL_BACKPRESSURE_LOAD_THRESHOLD"
+	EnvBackpressurePauseInterval = "VIGIL_BACKPRESSURE_PAUSE_INTERVAL"
 )
+
+// BackpressurePauseIntervalDefault is how long backpressure stops dequeuing
+// unless the pool says otherwise.
+const BackpressurePauseIntervalDefault = 10 * time.Second
 
 // WorkerEnv is what a worker learns from its environment.
 type WorkerEnv struct {
@@ -35,6 +46,18 @@ type WorkerEnv struct {
 	HeartbeatTTL      time.Duration
 	ShutdownTimeout   time.Duration
 	JobCrashRetries   int
+
+	KeepScratchOnSuccess bool
+	ScratchDir           string // "" = a vigil-scratch folder in the temp dir
+	Backpressure         Backpressure
+}
+
+// Backpressure is a pool's host-local backpressure (DESIGN.md §6); a zero
+// HighWatermark turns it off.
+type Backpressure struct {
+	HighWatermark int           // pending tasks above which the host may pause
+	LoadThreshold float64       // host load (1-minute load average per CPU) above which it does
+	PauseInterval time.Duration // how long it stops dequeuing
 }
 
 // LoadWorkerEnv reads and checks the VIGIL_* environment.
@@ -63,7 +86,8 @@ func LoadWorkerEnv() (WorkerEnv, error) {
 	for _, d := range durs {
 		*d.dst = d.def
 		if v := os.Getenv(d.name); v != "" {
-			if *d.dst, err = time.ParseDuration(v); err != nil || *d.dst <= 0 {
+			// VIGIL_SHUTDOWN_TIMEOUT may be 0 (stop_timeout 1s): stop at once.
+			if *d.dst, err = time.ParseDuration(v); err != nil || *d.dst < 0 || (*d.dst == 0 && d.name != EnvShutdownTimeout) {
 				return e, fmt.Errorf("%s=%q: want a positive duration such as 5s", d.name, v)
 			}
 		}
@@ -82,6 +106,29 @@ func LoadWorkerEnv() (WorkerEnv, error) {
 			if *n.dst, err = strconv.Atoi(v); err != nil || *n.dst < 0 {
 				return e, fmt.Errorf("%s=%q: want a whole number >= 0", n.name, v)
 			}
+		}
+	}
+	e.ScratchDir = os.Getenv(EnvScratchDir)
+	if v := os.Getenv(EnvKeepScratch); v != "" {
+		if e.KeepScratchOnSuccess, err = strconv.ParseBool(v); err != nil {
+			return e, fmt.Errorf("%s=%q: want true or false", EnvKeepScratch, v)
+		}
+	}
+	bp := &e.Backpressure
+	bp.PauseInterval = BackpressurePauseIntervalDefault
+	if v := os.Getenv(EnvBackpressureHighWatermark); v != "" {
+		if bp.HighWatermark, err = strconv.Atoi(v); err != nil || bp.HighWatermark < 0 {
+			return e, fmt.Errorf("%s=%q: want a whole number >= 0", EnvBackpressureHighWatermark, v)
+		}
+	}
+	if v := os.Getenv(EnvBackpressureLoadThreshold); v != "" {
+		if bp.LoadThreshold, err = strconv.ParseFloat(v, 64); err != nil || !(bp.LoadThreshold >= 0) {
+			return e, fmt.Errorf("%s=%q: want a number >= 0", EnvBackpressureLoadThreshold, v)
+		}
+	}
+	if v := os.Getenv(EnvBackpressurePauseInterval); v != "" {
+		if bp.PauseInterval, err = time.ParseDuration(v); err != nil || bp.PauseInterval <= 0 {
+			return e, fmt.Errorf("%s=%q: want a positive duration such as 10s", EnvBackpressurePauseInterval, v)
 		}
 	}
 	return e, nil

@@ -19,6 +19,11 @@ const (
 	StartTimeoutDefault      = 60 * time.Second
 	// DegradedAfter is how many failed beats in a row log HEARTBEAT_DEGRADED.
 	DegradedAfter = 3
+	// StaleAfter is how many stale answers in a row, an interval apart, make
+	// Run give up. One is not enough: a worker started while Redis was away
+	// may find Redis back with its predecessor's record for a moment, until
+	// the supervisor writes the record back.
+	StaleAfter = 2
 )
 
 // ErrStale is returned by a heartbeat whose process is no longer the one the
@@ -48,6 +53,7 @@ type Heartbeater struct {
 	Clock     clock.Clock
 
 	failures atomic.Int64 // failed beats in a row
+	stale    int          // stale answers in a row (Run's goroutine only)
 	beats    atomic.Int64 // beats written
 }
 
@@ -114,8 +120,8 @@ func (h *Heartbeater) announce(ctx context.Context, r BeatResult) {
 // Run beats at once and then every Interval until ctx ends. A failed beat is
 // logged and retried at the next interval; after DegradedAfter failures in a
 // row it logs HEARTBEAT_DEGRADED and goes on: the worker keeps working. It
-// returns ErrStale (wrapped) if the record names another process, and nil
-// when ctx ends.
+// returns ErrStale (wrapped) once the record has named another process
+// StaleAfter times in a row, and nil when ctx ends.
 func (h *Heartbeater) Run(ctx context.Context) error {
 	tick := make(chan struct{}, 1)
 	for {
@@ -143,13 +149,18 @@ func (h *Heartbeater) once(ctx context.Context) error {
 	_, err := h.Beat(bctx)
 	switch {
 	case err == nil:
+		h.stale = 0
 		h.beats.Add(1)
 		if h.failures.Swap(0) >= DegradedAfter {
 			h.logger().Info("HEARTBEAT_RECOVERED", "component", h.ID.String())
 		}
 		return nil
 	case errors.Is(err, ErrStale):
-		return err
+		if h.stale++; h.stale >= StaleAfter {
+			return err
+		}
+		h.logger().Warn("heartbeat refused as stale; trying once more", "component", h.ID.String(), "err", err)
+		return nil
 	case ctx.Err() != nil:
 		return nil
 	}

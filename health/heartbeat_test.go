@@ -259,9 +259,19 @@ func TestBeatAdoptsStartingWithoutPID(t *testing.T) {
 func TestRunStale(t *testing.T) {
 	s, _ := newStore(t)
 	seed(t, s, record(tag0, health.StatusHealthy, beatPID+1))
-	h, _ := newHeartbeater(t, s)
+	h, fc := newHeartbeater(t, s)
 	done := make(chan error, 1)
 	go func() { done <- h.Run(context.Background()) }()
+	// The first stale answer is forgiven once (health.StaleAfter = 2): Run
+	// waits an interval and asks again.
+	select {
+	case d := <-fc.Scheduled():
+		fc.Advance(d)
+	case err := <-done:
+		t.Fatalf("Run gave up after one stale answer: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not schedule its second beat")
+	}
 	err := waitErr(t, done)
 	if !errors.Is(err, health.ErrStale) {
 		t.Fatalf("Run = %v, want ErrStale", err)

@@ -124,7 +124,21 @@ func (k Keys) Events() string { return k.Prefix + "events" }
 
 // JobCrashes counts the workers that died running task t of queue q. It
 // shares the slot of asynq's keys for q.
-func (k Keys) JobCrashes(q, t string) string { return k.Prefix + "job:{" + q + "}:" + t + ":crashes" }
+func (k Keys) JobCrashes(q, t string) string { return k.JobPrefix(q) + t + JobCrashesSuffix }
+
+// JobProgress holds the last progress (percent) reported by task t of q.
+func (k Keys) JobProgress(q, t string) string { return k.JobPrefix(q) + t + JobProgressSuffix }
+
+// JobPrefix is what every per-task key of queue q starts with: a key is
+// JobPrefix(q) + task id + suffix. Scripts that find task ids inside Redis
+// build the keys from these parts.
+func (k Keys) JobPrefix(q string) string { return k.Prefix + "job:{" + q + "}:" }
+
+// Suffixes of the per-task keys (see JobPrefix).
+const (
+	JobCrashesSuffix  = ":crashes"
+	JobProgressSuffix = ":progress"
+)
 
 // QueueStats is the hash of a queue's rolling job statistics (avg_ms).
 func (k Keys) QueueStats(q string) string { return k.Prefix + "qstats:{" + q + "}" }

@@ -207,6 +207,12 @@ func (s *Store) addEvent(ctx context.Context, pipe redis.Pipeliner, e Event) {
 	})
 }
 
+// AddEventTo queues the append of e to the event stream on pipe, so that a
+// change and its events go in one round trip.
+func (s *Store) AddEventTo(ctx context.Context, pipe redis.Pipeliner, e Event) {
+	s.addEvent(ctx, pipe, e)
+}
+
 // AddEvent appends e to the event stream and returns its id.
 func (s *Store) AddEvent(ctx context.Context, e Event) (string, error) {
 	data, err := json.Marshal(e)

@@ -10,9 +10,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-// testWorker is the path of the helper binary built from
-// ./internal/testworker for the whole package run.
-var testWorker string
+// Helper binaries built once for the whole package run: testWorker from
+// ./internal/testworker (the children), testSupervisor from
+// ./internal/testsupervisor (a supervisor in a process of its own).
+var testWorker, testSupervisor string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "vigil-testworker")
@@ -21,10 +22,12 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	testWorker = filepath.Join(dir, "testworker")
-	build := exec.Command("go", "build", "-o", testWorker, "./internal/testworker")
+	testSupervisor = filepath.Join(dir, "testsupervisor")
+	build := exec.Command("go", "build", "-o", dir, "./internal/testworker", "./internal/testsupervisor")
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build testworker:", err)
+		os.RemoveAll(dir)
+		fmt.Fprintln(os.Stderr, "build test helpers:", err)
 		os.Exit(2)
 	}
 	code := 0

@@ -65,7 +65,13 @@ func (s *Supervisor) onRedisUp() {
 	rewritten := 0
 	for i, id := range ids {
 		w := s.workers[id]
-		lost := stored[i].Status == health.StatusNone
+		if stored[i].Status == health.StatusHealthy && w.rec.Status == health.StatusStarting && stored[i].PID == w.rec.PID {
+			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, stored[i].HealthySince
+		}
+		// A record with no instance while ours has one was re-created by
+		// the worker's heartbeat on an empty Redis: it lacks the restart
+		// history and everything else only the supervisor knows.
+		lost := stored[i].Status == health.StatusNone || (stored[i].Instance == "" && w.rec.Instance != "")
 		if w.dirty || lost {
 			ctx, cancel := s.opCtx()
 			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: true, Index: true})
@@ -77,8 +83,6 @@ func (s *Supervisor) onRedisUp() {
 			}
 			w.dirty = false
 			rewritten++
-		} else if stored[i].Status == health.StatusHealthy && w.rec.Status == health.StatusStarting {
-			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, stored[i].HealthySince
 		}
 		pids := w.recover
 		w.recover = nil

@@ -62,21 +62,3 @@ func TestSmokeKillRestart(t *testing.T) {
 		t.Fatalf("after stop: %+v\n%s", c3, logs.b.String())
 	}
 }
-
-func waitFor(tb testing.TB, store *health.Store, id health.ComponentID, ok func(health.Component) bool) health.Component {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last health.Component
-	for time.Now().Before(deadline) {
-		c, err := store.Get(context.Background(), id)
-		if err == nil {
-			last = c
-			if ok(c) {
-				return c
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	tb.Fatalf("timed out waiting on %s; last %+v", id, last)
-	return last
-}

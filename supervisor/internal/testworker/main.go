@@ -2,11 +2,12 @@
 // VIGIL_* environment like a real worker and behaves as its first argument
 // says:
 //
-//	beat            heartbeat until SIGTERM, then exit 0
+//	beat            heartbeat until SIGTERM, then exit 0 (a failed first
+//	                heartbeat is retried, as a real worker's)
 //	exit N          exit with code N at once (no heartbeat)
 //	beat-exit N     one heartbeat, then exit with code N
 //	hang            one heartbeat, then stay alive without beating
-//	badbeat         write a heartbeat value that is not a timestamp
+//	badbeat         write a heartbeat value that is not a timestamp, every interval
 //	nobeat          stay alive, never beat
 //	ignore-term     heartbeat, ignore SIGTERM
 //
@@ -15,6 +16,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -60,18 +62,36 @@ func main() {
 		<-ctx.Done()
 		return
 	case "badbeat":
+		// Every interval, as a broken worker would: a single write could
+		// expire before the supervisor's first look at it.
 		k := store.Keys().Heartbeat(env.Component)
-		if err := rdb.Set(ctx, k, "not-a-time", env.HeartbeatTTL).Err(); err != nil {
-			fatal(err.Error())
+		for first := true; ; first = false {
+			if err := rdb.Set(ctx, k, "not-a-time", env.HeartbeatTTL).Err(); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				fatal(err.Error())
+			}
+			if first {
+				fmt.Println("ready", os.Getpid())
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(env.HeartbeatInterval):
+			}
 		}
-		fmt.Println("ready", os.Getpid())
-		<-ctx.Done()
-		return
 	}
 	if _, err := hb.Beat(ctx); err != nil {
-		fatal(err.Error())
+		// A real worker keeps going when Redis is away (DESIGN.md §4.2);
+		// beat does too, so that it can be started during an outage.
+		if mode != "beat" || errors.Is(err, health.ErrStale) {
+			fatal(err.Error())
+		}
+		fmt.Fprintln(os.Stderr, "testworker: first heartbeat failed, going on:", err)
+	} else {
+		fmt.Println("ready", os.Getpid())
 	}
-	fmt.Println("ready", os.Getpid())
 	switch mode {
 	case "beat-exit":
 		n, _ := strconv.Atoi(arg)

@@ -1,0 +1,142 @@
+package supervisor_test
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testredis"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+// outageHarness runs n beat workers of queue q (TTL 1 s) against a
+// redis-server of the test's own, which the test stops and starts.
+func outageHarness(t testing.TB, n int) (*harness, *testredis.Server) {
+	t.Helper()
+	srv := testredis.StartServer(t)
+	opt, err := redis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := newHarnessOn(t, rdb, srv.URL, "vigil:", supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+	return h, srv
+}
+
+// outage stops the server, waits until the supervisor has noticed and
+// more than two TTLs have passed (the outage's length is the test's input:
+// this wait is for time to pass, not for a goroutine), runs during, and
+// starts the server again empty. It returns once the supervisor has seen
+// Redis back.
+func outage(t testing.TB, h *harness, srv *testredis.Server, during func()) {
+	t.Helper()
+	mark := h.logs.mark()
+	srv.Stop()
+	down := time.Now()
+	if during != nil {
+		during()
+	}
+	ttl := h.cfg.Heartbeat.TTL
+	h.logs.wait(t, mark, ttl+waitTimeout, "redis unreachable")
+	<-time.After(time.Until(down.Add(2*ttl + ttl/2)))
+	srv.Wipe()
+	mark = h.logs.mark()
+	srv.Start()
+	h.logs.wait(t, mark, waitTimeout, "redis reachable again")
+	t.Logf("Redis was away %v", time.Since(down).Round(time.Millisecond))
+}
+
+func notRunning(w health.WorkerView) bool {
+	return w.Status == string(health.StatusCrashed) || w.Status == string(health.StatusFailed) ||
+		w.Status == string(health.StatusStopping) || w.Status == string(health.StatusStopped)
+}
+
+// TestRedisOutageKillsNothing: Redis goes away for more than two TTLs and
+// comes back empty. No worker is killed or restarted, nothing is counted,
+// and the records, restart history included, are written again from what
+// the supervisor holds (DESIGN.md §11).
+func TestRedisOutageKillsNothing(t *testing.T) {
+	t.Parallel()
+	h, srv := outageHarness(t, 3)
+	id := ids("q", 3)
+	h.start()
+	first := h.waitHealthy(id...)
+	// Give slot 0 a restart history, for Redis to lose and get back.
+	kill(t, first[0].PID)
+	h.waitFor(id[0], func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != first[0].PID })
+	before := h.waitHealthy(id...)
+	if before[0].Restarts.RestartCount != 1 {
+		t.Fatalf("%s before the outage: %s", id[0], describe(before[0]))
+	}
+
+	outage(t, h, srv, nil)
+	// A TTL of grace and one more: no worker may be judged hung.
+	newEventReader(t, h.store).expectNone(2*h.cfg.Heartbeat.TTL, notRunning)
+
+	for i, c := range h.waitHealthy(id...) {
+		b := before[i]
+		if c.PID != b.PID || c.Restarts.RestartCount != b.Restarts.RestartCount ||
+			c.Restarts.LifetimeRestarts != b.Restarts.LifetimeRestarts || len(c.Restarts.Crashes) != len(b.Restarts.Crashes) {
+			t.Errorf("%s after the outage: %s; before: %s", id[i], describe(c), describe(b))
+		}
+		if c.Host != "h1" || c.Instance != b.Instance {
+			t.Errorf("%s after the outage: host %q instance %q, want h1, %q", id[i], c.Host, c.Instance, b.Instance)
+		}
+		if err := syscall.Kill(c.PID, 0); err != nil {
+			t.Errorf("%s: process %d: %v", id[i], c.PID, err)
+		}
+	}
+	for i, c := range h.sync() {
+		if c.Status != health.StatusHealthy || c.PID != before[i].PID {
+			t.Errorf("the monitor holds %s: %s", id[i], describe(c))
+		}
+	}
+	for i := range id {
+		for _, pid := range spawnedPIDs(t, h.store, id[i]) {
+			if pid != before[i].PID {
+				t.Errorf("%s: process %d spawned since Redis came back", id[i], pid)
+			}
+		}
+	}
+}
+
+// TestRedisOutageCrashCounted: a worker that dies while Redis is away is
+// restarted at once, and its crash is in Redis once Redis is back; the
+// other worker is untouched.
+func TestRedisOutageCrashCounted(t *testing.T) {
+	t.Parallel()
+	h, srv := outageHarness(t, 2)
+	id := ids("q", 2)
+	h.start()
+	before := h.waitHealthy(id...)
+	var restarted int
+	outage(t, h, srv, func() {
+		mark := h.logs.mark()
+		kill(t, before[0].PID)
+		h.logs.wait(t, mark, waitTimeout, `msg="worker crashed"`, "component="+id[0].String())
+		h.logs.wait(t, mark, waitTimeout, `msg="worker started"`, "component="+id[0].String())
+		cs := h.sync()
+		restarted = cs[0].PID
+		if cs[0].Restarts.RestartCount != 1 || restarted == before[0].PID || restarted == 0 {
+			t.Errorf("the monitor holds %s during the outage: %s", id[0], describe(cs[0]))
+		}
+	})
+	c := h.waitFor(id[0], func(c health.Component) bool { return c.Status == health.StatusHealthy && c.Restarts.RestartCount == 1 })
+	if c.PID != restarted || c.Restarts.LifetimeRestarts != 1 || len(c.Restarts.Crashes) != 1 {
+		t.Errorf("%s after the outage: %s, want pid %d, one crash", id[0], describe(c), restarted)
+	}
+	newEventReader(t, h.store).expectNone(2*h.cfg.Heartbeat.TTL, notRunning)
+	if c := h.get(id[0]); c.PID != restarted || c.Status != health.StatusHealthy {
+		t.Errorf("%s later: %s", id[0], describe(c))
+	}
+	if c := h.get(id[1]); c.PID != before[1].PID || c.Status != health.StatusHealthy || c.Restarts.LifetimeRestarts != 0 {
+		t.Errorf("%s after the outage: %s", id[1], describe(c))
+	}
+}
