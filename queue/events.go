@@ -1,0 +1,87 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// JobState is the state a job event announces (DESIGN.md §6). A job's
+// events come in the order created → processing → progress* → done |
+// error; a recovered job has requeued:stale before its next processing,
+// and a job cut short by a worker's shutdown has aborted:shutdown.
+type JobState string
+
+// Job states.
+const (
+	StateCreated         JobState = "created"
+	StateProcessing      JobState = "processing"
+	StateProgress        JobState = "progress"
+	StateDone            JobState = "done"
+	StateError           JobState = "error"
+	StateRequeuedStale   JobState = "requeued:stale"
+	StateAbortedShutdown JobState = "aborted:shutdown"
+	StateToxic           JobState = "toxic"
+)
+
+// TopicJobs is the topic that carries every job's events, besides the
+// job's own topic (JobTopic).
+const TopicJobs = "queue:jobs"
+
+// JobTopic is the topic of one job's events: job:<queue>:<task id>.
+func JobTopic(q, id string) string { return "job:" + q + ":" + id }
+
+// Failure codes of error events, also the prefix of the archived task's
+// LastErr.
+const (
+	CodeRetriesExhausted = "RETRIES_EXHAUSTED"
+	CodeNonRetryable     = "NON_RETRYABLE"
+	CodeNoHandler        = "NO_HANDLER"
+	CodeRevoked          = "REVOKED"
+)
+
+// JobEvent is the payload (Event.Data) of a job_update event.
+type JobEvent struct {
+	Queue string   `json:"queue"`
+	ID    string   `json:"id"`
+	Type  string   `json:"task_type,omitempty"`
+	State JobState `json:"state"`
+	// Retried and MaxRetry are asynq's counts of handler failures.
+	Retried  int `json:"retried"`
+	MaxRetry int `json:"max_retry"`
+	// Progress is set on progress events (percent, 0–100).
+	Progress *float64 `json:"progress,omitempty"`
+	// Error and Code describe a failure; Final says no attempt follows
+	// (the task is archived, or dropped when revoked).
+	Error string `json:"error,omitempty"`
+	Code  string `json:"code,omitempty"`
+	Final bool   `json:"final,omitempty"`
+	// DurationMS is how long the handler ran (done, error, aborted).
+	DurationMS int64 `json:"duration_ms,omitempty"`
+	// Crashes is how many workers died running the task.
+	Crashes   int    `json:"crashes,omitempty"`
+	Component string `json:"component,omitempty"`
+	PID       int    `json:"pid,omitempty"`
+	// ProcessAt is when a created task becomes due (Unix ms).
+	ProcessAt int64 `json:"process_at,omitempty"`
+}
+
+// jobEvents queues e, at t, on pipe: once on the job's topic and once on
+// queue:jobs.
+func jobEvents(ctx context.Context, store *health.Store, pipe redis.Pipeliner, t time.Time, e JobEvent) {
+	data, _ := json.Marshal(e) // plain struct: cannot fail
+	ms := t.UnixMilli()
+	store.AddEventTo(ctx, pipe, health.Event{Topic: JobTopic(e.Queue, e.ID), Type: health.EventJob, Timestamp: ms, Data: data})
+	store.AddEventTo(ctx, pipe, health.Event{Topic: TopicJobs, Type: health.EventJob, Timestamp: ms, Data: data})
+}
+
+// DecodeJobEvent reads the payload of a job_update event.
+func DecodeJobEvent(e health.Event) (JobEvent, error) {
+	var je JobEvent
+	err := json.Unmarshal(e.Data, &je)
+	return je, err
+}

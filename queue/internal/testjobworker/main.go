@@ -1,0 +1,150 @@
+// Command testjobworker is the worker process of package queue's tests: a
+// queue.RunWorker with test handlers, run by a real supervisor.
+//
+// Handlers (payload in brackets):
+//
+//	sleep [ms]   sleeps, then succeeds
+//	hold         runs until its context ends
+//	crash        exits with code 3 (a task that always kills its worker)
+//	crash-once   exits with code 3 on its first run, succeeds after
+//	noop         succeeds
+//
+// With TESTJOB_LEDGER set, every run is written to a ledger in Redis under
+// that prefix: "runs" and "completions" (task → count), "owners" (task →
+// pid of the run in progress), and "violations": a run that starts while
+// another live process's run of the same task is in progress. Pids of dead
+// processes are in the "dead" set (the test's Recoverer adds them before
+// requeueing their tasks).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/queue"
+)
+
+// Environment of the test worker.
+const (
+	envLedger        = "TESTJOB_LEDGER"
+	envCheckInterval = "TESTJOB_CHECK_INTERVAL"
+)
+
+var startScript = redis.NewScript(`
+local cur = redis.call("HGET", KEYS[1], ARGV[1])
+if cur and redis.call("SISMEMBER", KEYS[2], cur) == 0 then
+	redis.call("RPUSH", KEYS[3], ARGV[1] .. " started in " .. ARGV[2] .. " while " .. cur .. " runs it")
+end
+redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
+redis.call("HINCRBY", KEYS[4], ARGV[1], 1)
+return 1`)
+
+var endScript = redis.NewScript(`
+if redis.call("HGET", KEYS[1], ARGV[1]) == ARGV[2] then redis.call("HDEL", KEYS[1], ARGV[1]) end
+redis.call("HINCRBY", KEYS[2], ARGV[1], 1)
+return 1`)
+
+type ledger struct {
+	rdb    *redis.Client
+	prefix string
+	pid    string
+}
+
+func (l *ledger) start(ctx context.Context, id string) error {
+	if l == nil {
+		return nil
+	}
+	p := l.prefix
+	return startScript.Run(context.WithoutCancel(ctx), l.rdb, []string{p + "owners", p + "dead", p + "violations", p + "runs"}, id, l.pid).Err()
+}
+
+func (l *ledger) end(ctx context.Context, id string) error {
+	if l == nil {
+		return nil
+	}
+	p := l.prefix
+	return endScript.Run(context.WithoutCancel(ctx), l.rdb, []string{p + "owners", p + "completions"}, id, l.pid).Err()
+}
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg, err := queue.WorkerConfigFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testjobworker:", err)
+		os.Exit(2)
+	}
+	cfg.Logger = log
+	if v := os.Getenv(envCheckInterval); v != "" {
+		cfg.TaskCheckInterval, _ = time.ParseDuration(v)
+	}
+	var l *ledger
+	if p := os.Getenv(envLedger); p != "" {
+		opt, err := redis.ParseURL(cfg.Env.RedisURL)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testjobworker:", err)
+			os.Exit(2)
+		}
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		l = &ledger{rdb: rdb, prefix: p, pid: strconv.Itoa(os.Getpid())}
+	}
+	run := func(ctx context.Context, t *asynq.Task, body func() error) error {
+		id, _ := asynq.GetTaskID(ctx)
+		if err := l.start(ctx, id); err != nil {
+			return err
+		}
+		if err := body(); err != nil {
+			return err
+		}
+		return l.end(ctx, id)
+	}
+	handlers := map[string]asynq.Handler{
+		"sleep": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			return run(ctx, t, func() error {
+				ms, _ := strconv.Atoi(string(t.Payload()))
+				select {
+				case <-time.After(time.Duration(ms) * time.Millisecond):
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		}),
+		"hold": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			return run(ctx, t, func() error {
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}),
+		"crash": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			return run(ctx, t, func() error {
+				os.Exit(3)
+				return nil
+			})
+		}),
+		"crash-once": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			return run(ctx, t, func() error {
+				if queue.Crashes(ctx) == 0 {
+					os.Exit(3)
+				}
+				return nil
+			})
+		}),
+		"noop": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error { return nil }),
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := queue.RunWorker(ctx, cfg, handlers); err != nil {
+		fmt.Fprintln(os.Stderr, "testjobworker:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,219 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/internal/redisconn"
+)
+
+// Defaults of the worker runtime.
+const (
+	// BackpressureCheckDefault is how often backpressure looks at the queue
+	// depth and the host load.
+	BackpressureCheckDefault = time.Second
+	// opTimeout bounds each bookkeeping write of the middleware.
+	opTimeout = 5 * time.Second
+)
+
+// WorkerConfig configures RunWorker. Env is what the supervisor handed the
+// process (WorkerConfigFromEnv reads it); the other fields are optional.
+type WorkerConfig struct {
+	Env health.WorkerEnv
+
+	Logger  *slog.Logger
+	Clock   clock.Clock // durations, progress throttling, heartbeats, backpressure
+	Metrics *Metrics    // nil = DefaultMetrics
+	PID     int         // 0 = os.Getpid(); the pid the component record names
+
+	// asynq tuning; zero values take asynq's defaults (1 s, 5 s, and
+	// asynq's exponential retry delay).
+	TaskCheckInterval        time.Duration // poll interval while the queue is empty
+	DelayedTaskCheckInterval time.Duration // scheduled and retry tasks → pending
+	RetryDelay               asynq.RetryDelayFunc
+
+	// Load returns the host load compared with the pool's load threshold;
+	// nil = the 1-minute load average divided by the number of CPUs.
+	Load              func() (float64, error)
+	BackpressureCheck time.Duration // 0 = BackpressureCheckDefault
+
+	onDequeueSkip func() // tests: called when backpressure refuses a dequeue
+}
+
+// WorkerConfigFromEnv reads the VIGIL_* environment the supervisor gives its
+// workers (DESIGN.md §4.1).
+func WorkerConfigFromEnv() (WorkerConfig, error) {
+	env, err := health.LoadWorkerEnv()
+	return WorkerConfig{Env: env}, err
+}
+
+// worker is one running RunWorker.
+type worker struct {
+	env         health.WorkerEnv
+	id          health.ComponentID
+	q           string
+	pid         int
+	clock       clock.Clock
+	log         *slog.Logger
+	metrics     *Metrics
+	store       *health.Store
+	rdb         redis.UniversalClient
+	hook        *dequeueHook
+	handlers    map[string]asynq.Handler
+	scratchRoot string
+
+	shuttingDown atomic.Bool
+	inflight     sync.WaitGroup // middleware runs
+}
+
+func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, error) {
+	env := cfg.Env
+	if len(handlers) == 0 {
+		return nil, errors.New("queue worker: no handlers")
+	}
+	if err := health.CheckName("queue", env.Component.Queue); err != nil {
+		return nil, fmt.Errorf("queue worker: %w", err)
+	}
+	if env.Concurrency < 1 {
+		env.Concurrency = 1
+	}
+	if env.HeartbeatInterval <= 0 {
+		env.HeartbeatInterval = health.HeartbeatIntervalDefault
+	}
+	if env.HeartbeatTTL <= 0 {
+		env.HeartbeatTTL = health.HeartbeatTTLDefault
+	}
+	if env.ShutdownTimeout <= 0 {
+		env.ShutdownTimeout = time.Millisecond // stop at once (asynq reads 0 as 8 s)
+	}
+	if env.Backpressure.PauseInterval <= 0 {
+		env.Backpressure.PauseInterval = health.BackpressurePauseIntervalDefault
+	}
+	w := &worker{env: env, id: env.Component, q: env.Component.Queue, pid: cfg.PID, clock: cfg.Clock,
+		log: cfg.Logger, metrics: cfg.Metrics, handlers: handlers, scratchRoot: env.ScratchDir}
+	if w.pid == 0 {
+		w.pid = os.Getpid()
+	}
+	if w.clock == nil {
+		w.clock = clock.Real{}
+	}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	w.log = w.log.With(slog.String("component", w.id.String()))
+	if w.metrics == nil {
+		w.metrics = DefaultMetrics
+	}
+	if w.scratchRoot == "" {
+		w.scratchRoot = filepath.Join(os.TempDir(), "vigil-scratch")
+	}
+	return w, nil
+}
+
+// RunWorker runs the worker of one pool until ctx ends (DESIGN.md §4, §6):
+// an asynq.Server for the pool's queue with the configured concurrency,
+// the heartbeater, and a middleware that records running tasks, durations,
+// progress and crash accounting around handlers (task type → handler; a
+// type with no handler fails that task, not the worker).
+//
+// When ctx ends it stops dequeuing, lets running tasks finish within
+// Env.ShutdownTimeout, requeues the others (event aborted:shutdown) and
+// returns nil. It returns an error wrapping health.ErrStale, after the same
+// shutdown, if the component record names another process: the caller must
+// exit.
+func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.Handler) error {
+	w, err := newWorker(cfg, handlers)
+	if err != nil {
+		return err
+	}
+	rdb, err := redisconn.Open(w.env.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	w.hook = newDequeueHook(health.NewKeys(w.env.Prefix), w.id, w.pid, w.log, w.metrics)
+	w.hook.onSkip = cfg.onDequeueSkip
+	rdb.AddHook(w.hook)
+	if err := redisconn.Ping(ctx, rdb, 5*time.Second); err != nil {
+		return err
+	}
+	w.rdb, w.store = rdb, health.NewStore(rdb, w.env.Prefix, 0)
+
+	hb := &health.Heartbeater{Store: w.store, ID: w.id, PID: w.pid, Host: w.env.Host,
+		StartedAt: w.clock.Now(), Interval: w.env.HeartbeatInterval, TTL: w.env.HeartbeatTTL,
+		Logger: w.log, Clock: w.clock}
+	if _, err := hb.Beat(ctx); errors.Is(err, health.ErrStale) {
+		return err
+	}
+
+	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
+		Concurrency:              w.env.Concurrency,
+		Queues:                   map[string]int{w.q: 1},
+		ShutdownTimeout:          w.env.ShutdownTimeout,
+		TaskCheckInterval:        cfg.TaskCheckInterval,
+		DelayedTaskCheckInterval: cfg.DelayedTaskCheckInterval,
+		RetryDelayFunc:           cfg.RetryDelay,
+		Logger:                   asynqLogger{w.log},
+		LogLevel:                 asynq.InfoLevel,
+	})
+
+	// The heartbeat and backpressure goroutines outlive the asynq server:
+	// a worker finishing its tasks on shutdown is still alive.
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	beatErr := make(chan error, 1)
+	wg.Go(func() { beatErr <- hb.Run(bg) })
+	wg.Go(func() { w.backpressure(bg, cfg) })
+	defer func() {
+		stopBG()
+		wg.Wait()
+	}()
+
+	if err := srv.Start(asynq.HandlerFunc(w.process)); err != nil {
+		return fmt.Errorf("start asynq server for %s: %w", w.id, err)
+	}
+	w.log.Info("worker running", "queue", w.q, "pid", w.pid, "concurrency", w.env.Concurrency,
+		"task_timeout", w.env.TaskTimeout, "asynq", AsynqVersion)
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-beatErr:
+		w.log.Error("stopping: this process is stale", "err", runErr)
+	}
+	w.shuttingDown.Store(true)
+	w.log.Info("worker stopping", "shutdown_timeout", w.env.ShutdownTimeout)
+	srv.Shutdown()    // stops dequeuing, waits, requeues what did not finish
+	w.inflight.Wait() // every middleware run has written its outcome
+	w.log.Info("worker stopped")
+	return runErr
+}
+
+// opCtx is the context of a bookkeeping write: it survives the task's
+// cancellation, bounded by opTimeout.
+func opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+}
+
+// asynqLogger sends asynq's log lines to slog.
+type asynqLogger struct{ l *slog.Logger }
+
+func (a asynqLogger) Debug(args ...any) { a.l.Debug("asynq: " + fmt.Sprint(args...)) }
+func (a asynqLogger) Info(args ...any)  { a.l.Info("asynq: " + fmt.Sprint(args...)) }
+func (a asynqLogger) Warn(args ...any)  { a.l.Warn("asynq: " + fmt.Sprint(args...)) }
+func (a asynqLogger) Error(args ...any) { a.l.Error("asynq: " + fmt.Sprint(args...)) }
+func (a asynqLogger) Fatal(args ...any) {
+	a.l.Error("asynq (fatal): " + fmt.Sprint(args...))
+	os.Exit(1)
+}

@@ -1,0 +1,339 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/vigil-dev/vigil/queue"
+)
+
+func states(s ...queue.JobState) []queue.JobState { return s }
+
+const (
+	created    = queue.StateCreated
+	processing = queue.StateProcessing
+	progress   = queue.StateProgress
+	done       = queue.StateDone
+	failed     = queue.StateError
+)
+
+func TestNormalJobEventOrder(t *testing.T) {
+	e := newQEnv(t)
+	cfg := e.config(0)
+	e.runWorker(cfg, map[string]asynq.Handler{
+		"steps": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			for _, p := range []float64{10, 50, 100} {
+				if err := queue.Progress(ctx, p); err != nil {
+					return err
+				}
+			}
+			if p, ok := queue.LastProgress(ctx); !ok || p != 100 {
+				return fmt.Errorf("LastProgress = %v, %v", p, ok)
+			}
+			return nil
+		}),
+	})
+	w := e.watch()
+	id := e.enqueue(e.client(), "steps", "")
+	w.untilJob(id, done)
+	want := states(created, processing, progress, progress, progress, done)
+	if got := e.states(id); !slices.Equal(got, want) {
+		t.Fatalf("events of %s: %v, want %v", id, got, want)
+	}
+	// The same events, in the same order, on queue:jobs.
+	var all []queue.JobState
+	for _, se := range e.events(queue.TopicJobs) {
+		if se.job.ID == id {
+			all = append(all, se.job.State)
+		}
+	}
+	if !slices.Equal(all, want) {
+		t.Fatalf("queue:jobs events of %s: %v, want %v", id, all, want)
+	}
+	if p, ok, err := queue.ReadProgress(context.Background(), e.store, e.q, id); err != nil || !ok || p != 100 {
+		t.Fatalf("ReadProgress = %v, %v, %v; want 100", p, ok, err)
+	}
+	ev := e.events(queue.JobTopic(e.q, id))[1].job
+	if ev.Component != cfg.Env.Component.String() || ev.PID == 0 || ev.Type != "steps" {
+		t.Fatalf("processing event %+v: want component, pid and type", ev)
+	}
+	// Running entries go when the task ends.
+	if n := e.Client.HLen(context.Background(), e.store.Keys().Running(cfg.Env.Component)).Val(); n != 0 {
+		t.Fatalf("running hash has %d entries after the task", n)
+	}
+}
+
+func TestFailures(t *testing.T) {
+	e := newQEnv(t)
+	cfg := e.config(0)
+	e.runWorker(cfg, map[string]asynq.Handler{
+		"flaky": asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return errors.New("upstream timeout") }),
+		"bad": asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			return fmt.Errorf("INPUT_TOO_LARGE: %w", queue.ErrNonRetryable)
+		}),
+		"panics": asynq.HandlerFunc(func(context.Context, *asynq.Task) error { panic("boom") }),
+		"ok":     asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
+	})
+	c := e.client()
+	tests := []struct {
+		name    string
+		typ     string
+		opts    []asynq.Option
+		want    []queue.JobState
+		code    string
+		lastErr string
+	}{
+		{"retried then exhausted", "flaky", []asynq.Option{asynq.MaxRetry(2)},
+			states(created, processing, failed, processing, failed, processing, failed), queue.CodeRetriesExhausted,
+			"RETRIES_EXHAUSTED: upstream timeout"},
+		{"non-retryable fails at once", "bad", []asynq.Option{asynq.MaxRetry(5)},
+			states(created, processing, failed), queue.CodeNonRetryable,
+			"NON_RETRYABLE: INPUT_TOO_LARGE: non-retryable"},
+		{"no handler fails that task only", "nobody", []asynq.Option{asynq.MaxRetry(5)},
+			states(created, processing, failed), queue.CodeNoHandler,
+			`NO_HANDLER: no handler for task type "nobody" in queue "` + e.q + `"`},
+		{"panic is a failure, not a crash", "panics", []asynq.Option{asynq.MaxRetry(0)},
+			states(created, processing, failed), queue.CodeRetriesExhausted, "RETRIES_EXHAUSTED: panic: boom"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := e.watch()
+			id := e.enqueue(c, tt.typ, "", tt.opts...)
+			var last queue.JobEvent
+			w.until(tt.name, waitTimeout, func(news []streamEvent) bool {
+				for _, se := range news {
+					if se.job.ID == id && se.ev.Topic == queue.JobTopic(e.q, id) && se.job.Final {
+						last = se.job
+						return true
+					}
+				}
+				return false
+			})
+			if got := e.states(id); !slices.Equal(got, tt.want) {
+				t.Fatalf("events %v, want %v", got, tt.want)
+			}
+			if last.Code != tt.code {
+				t.Fatalf("final event code %q, want %q (%+v)", last.Code, tt.code, last)
+			}
+			info := waitArchived(t, e, id)
+			if info.LastErr != tt.lastErr {
+				t.Fatalf("archived LastErr %q, want %q", info.LastErr, tt.lastErr)
+			}
+		})
+	}
+	// The worker is still there: a good task after all of that completes.
+	w := e.watch()
+	id := e.enqueue(c, "ok", "")
+	w.untilJob(id, done)
+	if m := cfg.Metrics; m.RetriesExhausted.Load() != 2 || m.JobsDone.Load() != 1 {
+		t.Fatalf("metrics %v", m.Snapshot())
+	}
+}
+
+// waitArchived waits until asynq has archived task id (the middleware's
+// final event precedes asynq's move by a moment).
+func waitArchived(tb testing.TB, e *qenv, id string) *asynq.TaskInfo {
+	tb.Helper()
+	w := e.watch()
+	var info *asynq.TaskInfo
+	w.until("task "+id+" archived", waitTimeout, func([]streamEvent) bool {
+		i, err := e.insp.GetTaskInfo(e.q, id)
+		if err == nil && i.State == asynq.TaskStateArchived {
+			info = i
+			return true
+		}
+		return false
+	})
+	return info
+}
+
+func TestToxicTaskIsArchivedWithoutRunning(t *testing.T) {
+	e := newQEnv(t)
+	cfg := e.config(0)
+	ran := make(chan string, 10)
+	e.runWorker(cfg, map[string]asynq.Handler{
+		"job": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			ran <- id
+			return nil
+		}),
+	})
+	ctx := context.Background()
+	// Two crashes so far: still within job_crash_retries (2), it runs;
+	// three: toxic.
+	e.Client.Set(ctx, e.store.Keys().JobCrashes(e.q, "two"), 2, time.Hour)
+	e.Client.Set(ctx, e.store.Keys().JobCrashes(e.q, "three"), 3, time.Hour)
+	w := e.watch()
+	c := e.client()
+	e.enqueue(c, "job", "", asynq.TaskID("three"))
+	e.enqueue(c, "job", "", asynq.TaskID("two"))
+	tox := w.untilJob("three", queue.StateToxic)
+	w.untilJob("two", done)
+	if got := <-ran; got != "two" {
+		t.Fatalf("handler ran %q", got)
+	}
+	select {
+	case id := <-ran:
+		t.Fatalf("handler ran %q too", id)
+	default:
+	}
+	if tox.Crashes != 3 || tox.Error != "toxic: worker crashed 3 times" || !tox.Final {
+		t.Fatalf("toxic event %+v", tox)
+	}
+	if got := e.states("three"); !slices.Equal(got, states(created, queue.StateToxic)) {
+		t.Fatalf("events of the toxic task: %v", got)
+	}
+	info := waitArchived(t, e, "three")
+	if info.LastErr != "toxic: worker crashed 3 times" {
+		t.Fatalf("LastErr %q", info.LastErr)
+	}
+	// A task that succeeds after crashes drops its counter.
+	if n := e.Client.Exists(ctx, e.store.Keys().JobCrashes(e.q, "two")).Val(); n != 0 {
+		t.Fatal("crash counter of a completed task kept")
+	}
+	if n := cfg.Metrics.ToxicJobs.Load(); n != 1 {
+		t.Fatalf("toxic metric %d", n)
+	}
+}
+
+func TestShutdownAbortsAndRequeuesWhatOutlastsIt(t *testing.T) {
+	e := newQEnv(t)
+	cfg := e.config(0)
+	cfg.Env.Concurrency = 2
+	cfg.Env.ShutdownTimeout = 500 * time.Millisecond
+	finish := make(chan struct{}) // lets "finishes" end
+	never := make(chan struct{})  // "outlasts" ignores its context until the test ends
+	t.Cleanup(func() { close(never) })
+	stop := e.runWorker(cfg, map[string]asynq.Handler{
+		"finishes": asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			<-finish
+			return nil
+		}),
+		"outlasts": asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			<-never
+			return nil
+		}),
+	})
+	c := e.client()
+	w := e.watch()
+	a := e.enqueue(c, "finishes", "")
+	b := e.enqueue(c, "outlasts", "")
+	w.untilJob(a, processing)
+	w.untilJob(b, processing)
+
+	stopping := e.logs.waitFor("worker stopping")
+	stopped := make(chan error, 1)
+	begin := time.Now()
+	go func() { stopped <- stop() }()
+	receive(t, stopping)
+	close(finish) // a finishes during the shutdown; b outlasts it
+	if err := receive(t, stopped); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Fatalf("shutdown took %s with a 500ms shutdown timeout", d)
+	}
+	if got := e.states(a); !slices.Equal(got, states(created, processing, done)) {
+		t.Fatalf("task that finished in time: %v", got)
+	}
+	if got := e.states(b); !slices.Equal(got, states(created, processing, queue.StateAbortedShutdown)) {
+		t.Fatalf("task that outlasted the shutdown: %v", got)
+	}
+	info, err := e.insp.GetTaskInfo(e.q, b)
+	if err != nil || info.State != asynq.TaskStatePending {
+		t.Fatalf("aborted task: %+v, %v; want it pending again", info, err)
+	}
+	if n := e.Client.HLen(context.Background(), e.store.Keys().Running(cfg.Env.Component)).Val(); n != 0 {
+		t.Fatalf("running hash keeps %d entries after shutdown", n)
+	}
+	if n := cfg.Metrics.AbortedOnShutdown.Load(); n != 1 {
+		t.Fatalf("aborted metric %d", n)
+	}
+}
+
+// receive waits for one value from ch, failing tb after waitTimeout.
+func receive[T any](tb testing.TB, ch <-chan T) T {
+	tb.Helper()
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		tb.Fatal("timed out waiting for a value")
+		var zero T
+		return zero
+	}
+}
+
+func TestScratchDirectories(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep_scratch_on_success=%v", keep), func(t *testing.T) {
+			e := newQEnv(t)
+			cfg := e.config(0)
+			cfg.Env.KeepScratchOnSuccess = keep
+			dirs := make(chan string, 2)
+			e.runWorker(cfg, map[string]asynq.Handler{
+				"work": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+					dir, err := queue.ScratchDir(ctx)
+					if err != nil {
+						return err
+					}
+					if again, _ := queue.ScratchDir(ctx); again != dir {
+						return fmt.Errorf("second ScratchDir %q, first %q", again, dir)
+					}
+					dirs <- dir
+					if err := os.WriteFile(filepath.Join(dir, "out.bin"), make([]byte, 1234), 0o600); err != nil {
+						return err
+					}
+					if string(t.Payload()) == "fail" {
+						return queue.NonRetryable(errors.New("failed on purpose"))
+					}
+					return nil
+				}),
+			})
+			c := e.client()
+			w := e.watch()
+			okID := e.enqueue(c, "work", "ok")
+			w.untilJob(okID, done)
+			okDir := <-dirs
+			failID := e.enqueue(c, "work", "fail")
+			w.untilJob(failID, failed)
+			failDir := <-dirs
+			if _, err := os.Stat(okDir); (err == nil) != keep {
+				t.Fatalf("scratch of the successful task: stat err %v, keep %v", err, keep)
+			}
+			if _, err := os.Stat(filepath.Join(failDir, "out.bin")); err != nil {
+				t.Fatalf("scratch of the failed task must be kept: %v", err)
+			}
+			if !strings.HasPrefix(failDir, cfg.Env.ScratchDir) {
+				t.Fatalf("scratch %s not under %s", failDir, cfg.Env.ScratchDir)
+			}
+			if !e.logs.contains("bytes=1234") {
+				t.Fatalf("kept scratch size not logged:\n%s", e.logs.String())
+			}
+		})
+	}
+}
+
+func TestOutsideATask(t *testing.T) {
+	ctx := context.Background()
+	if err := queue.Progress(ctx, 5); !errors.Is(err, queue.ErrNotInTask) {
+		t.Fatalf("Progress outside a task: %v", err)
+	}
+	if _, err := queue.ScratchDir(ctx); !errors.Is(err, queue.ErrNotInTask) {
+		t.Fatalf("ScratchDir outside a task: %v", err)
+	}
+	if _, ok := queue.LastProgress(ctx); ok || queue.Crashes(ctx) != 0 {
+		t.Fatal("LastProgress or Crashes outside a task")
+	}
+}
