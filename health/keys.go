@@ -143,6 +143,13 @@ const (
 // QueueStats is the hash of a queue's rolling job statistics (avg_ms).
 func (k Keys) QueueStats(q string) string { return k.Prefix + "qstats:{" + q + "}" }
 
+// Commands is the list through which other hosts' admin servers ask host h
+// to act on a component it holds.
+func (k Keys) Commands(h string) string { return k.Prefix + "cmd:{" + h + "}" }
+
+// Reply is where the answer to command id is pushed.
+func (k Keys) Reply(id string) string { return k.Prefix + "reply:" + id }
+
 // Schema is the key-layout version.
 func (k Keys) Schema() string { return k.Prefix + "schema" }
 

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/vigil-dev/vigil/health"
@@ -12,17 +13,32 @@ import (
 func (s *Supervisor) Components(ctx context.Context) ([]health.Component, error) {
 	var out []health.Component
 	err := s.call(ctx, func() {
-		for _, id := range s.order {
+		for _, id := range s.ids() {
 			out = append(out, s.workers[id].rec)
 		}
 	})
 	return out, err
 }
 
-// Owns reports whether id belongs to one of this host's pools.
+// Owns reports whether this host holds id's slot now. Actions need not
+// check it: Restart, StopComponent and Reset reach the holder from any
+// host.
 func (s *Supervisor) Owns(id health.ComponentID) bool {
-	p := s.pool(id.Queue)
-	return p != nil && id.Slot < p.Workers
+	var ok bool
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+	defer cancel()
+	_ = s.call(ctx, func() { ok = s.workers[id] != nil })
+	return ok
+}
+
+// anywhere runs an action here if this host holds id, else on the host
+// that does.
+func (s *Supervisor) anywhere(ctx context.Context, op string, id health.ComponentID, restart bool, local func() (health.Component, error)) (health.Component, error) {
+	rec, err := local()
+	if errors.Is(err, ErrUnknownComponent) {
+		return s.forward(ctx, op, id, restart)
+	}
+	return rec, err
 }
 
 // action runs fn in the monitor for id's worker; fn calls reply once the
@@ -62,6 +78,10 @@ func (s *Supervisor) action(ctx context.Context, id health.ComponentID, fn func(
 // gets its window and consecutive count cleared (lifetime kept); a held one
 // is released.
 func (s *Supervisor) Restart(ctx context.Context, id health.ComponentID) (health.Component, error) {
+	return s.anywhere(ctx, "restart", id, false, func() (health.Component, error) { return s.restartLocal(ctx, id) })
+}
+
+func (s *Supervisor) restartLocal(ctx context.Context, id health.ComponentID) (health.Component, error) {
 	return s.action(ctx, id, func(w *worker, reply func(error)) {
 		switch {
 		case w.proc != nil:
@@ -82,6 +102,10 @@ func (s *Supervisor) Restart(ctx context.Context, id health.ComponentID) (health
 
 // StopComponent stops the component gracefully and holds it stopped.
 func (s *Supervisor) StopComponent(ctx context.Context, id health.ComponentID) (health.Component, error) {
+	return s.anywhere(ctx, "stop", id, false, func() (health.Component, error) { return s.stopLocal(ctx, id) })
+}
+
+func (s *Supervisor) stopLocal(ctx context.Context, id health.ComponentID) (health.Component, error) {
 	return s.action(ctx, id, func(w *worker, reply func(error)) {
 		s.stopWorker(w, "operator stop", true, func() { reply(nil) })
 	})
@@ -91,6 +115,10 @@ func (s *Supervisor) StopComponent(ctx context.Context, id health.ComponentID) (
 // held; with restart it is started at once. A running component is refused
 // (*health.TransitionError).
 func (s *Supervisor) Reset(ctx context.Context, id health.ComponentID, restart bool) (health.Component, error) {
+	return s.anywhere(ctx, "reset", id, restart, func() (health.Component, error) { return s.resetLocal(ctx, id, restart) })
+}
+
+func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, restart bool) (health.Component, error) {
 	return s.action(ctx, id, func(w *worker, reply func(error)) {
 		if w.proc != nil || w.waiting {
 			reply(&health.TransitionError{Component: id, From: w.rec.Status, To: health.StatusStopped, Actor: health.ActorOperator})

@@ -16,6 +16,7 @@ import (
 // Defaults of DESIGN.md §4 and §10.
 const (
 	StopTimeoutDefault = 10 * time.Second
+	LeaseDefault       = 15 * time.Second
 	OpTimeoutDefault   = time.Second
 	ConcurrencyDefault = 1
 	TaskTimeoutDefault = 30 * time.Minute
@@ -48,6 +49,10 @@ type Recoverer interface {
 	Recover(ctx context.Context, id health.ComponentID, pid int) (requeued int, err error)
 }
 
+// StatsSource reads queue statistics as JSON-able values, one per queue,
+// for the leader's queue_update events (package queue's Control.Stats).
+type StatsSource func(ctx context.Context, queues []string) (map[string]any, error)
+
 // Config configures a Supervisor.
 type Config struct {
 	Host     string // host id (DESIGN.md §2)
@@ -55,6 +60,17 @@ type Config struct {
 	RedisURL string // handed to children as VIGIL_REDIS_URL
 	Prefix   string
 	Pools    []Pool
+
+	// Lease is the slot, host and leader lease (renewed at a third of it).
+	Lease time.Duration
+	// Capacity is the most slots this host runs (0 = no limit).
+	Capacity int
+	// Address is the admin server's address, shown in the host record.
+	Address string
+	// Version is shown in the host record.
+	Version string
+	// Stats, if set, gives the leader the queue statistics it announces.
+	Stats StatsSource
 
 	Heartbeat   Heartbeat
 	Policy      policy.Config
@@ -85,6 +101,9 @@ func (c Config) withDefaults() Config {
 	c.Policy = c.Policy.WithDefaults()
 	if c.StopTimeout == 0 {
 		c.StopTimeout = StopTimeoutDefault
+	}
+	if c.Lease == 0 {
+		c.Lease = LeaseDefault
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = OpTimeoutDefault
@@ -124,6 +143,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("heartbeat.ttl (%s) must be greater than heartbeat.interval (%s)", hb.TTL, hb.Interval)
 	case hb.StartTimeout <= 0:
 		return errors.New("heartbeat.start_timeout must be > 0")
+	case c.Lease < 300*time.Millisecond:
+		return fmt.Errorf("lease must be at least 300ms, got %s", c.Lease)
+	case c.Capacity < 0:
+		return errors.New("capacity must be >= 0")
 	case c.StopTimeout < time.Second:
 		return fmt.Errorf("stop_timeout must be at least 1s (workers get it minus 1s), got %s", c.StopTimeout)
 	}

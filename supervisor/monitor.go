@@ -66,7 +66,10 @@ type worker struct {
 	dirty   bool  // rec not yet written (Redis unreachable)
 	recover []int // pids whose running tasks still need requeueing
 	waiting bool  // reconcile: waiting for an old pid to go
-	timers  [numTimers]timerRef
+	// releasing: being stopped to give the slot to another host; fenced:
+	// the slot's lease was lost, the process is being killed.
+	releasing, fenced bool
+	timers            [numTimers]timerRef
 }
 
 // monitor is the one goroutine that owns the workers.
@@ -84,8 +87,13 @@ func (s *Supervisor) monitor() {
 			s.onGone(m)
 		case <-s.up:
 			s.onRedisUp()
+		case <-s.ticks:
+			s.tick(false)
 		case <-s.quit:
 			s.cancelAllTimers()
+			if s.cluster.tick != nil {
+				s.cluster.tick()
+			}
 			return
 		}
 		s.checkDrained()
@@ -109,6 +117,16 @@ func (s *Supervisor) arm(w *worker, kind timerKind, d time.Duration) {
 		}
 	})
 	w.timers[kind] = timerRef{stop: t.Stop, seq: s.seq}
+}
+
+// ids lists the components this host holds, sorted.
+func (s *Supervisor) ids() []health.ComponentID {
+	ids := make([]health.ComponentID, 0, len(s.workers))
+	for id := range s.workers {
+		ids = append(ids, id)
+	}
+	health.SortIDs(ids)
+	return ids
 }
 
 func (s *Supervisor) disarm(w *worker, kind timerKind) {
@@ -140,7 +158,9 @@ func (s *Supervisor) onTimer(m timerMsg) {
 			s.spawn(w, health.ActorMonitor, false)
 		}
 	case timerKill:
-		if w.proc != nil && w.stop != nil {
+		if w.proc != nil && w.fenced {
+			_ = signalGroup(w.proc.pid, sigKill)
+		} else if w.proc != nil && w.stop != nil {
 			w.stop.killed = true
 			s.logw(w).Warn("stop timeout: killing", "pid", w.proc.pid, "stop_timeout", s.cfg.StopTimeout)
 			_ = signalGroup(w.proc.pid, sigKill)
@@ -277,6 +297,12 @@ func (s *Supervisor) onExit(m exitMsg) {
 	w.proc = nil
 	s.disarm(w, timerCheck)
 	s.disarm(w, timerKill)
+	if w.fenced {
+		s.logw(w).Info("fenced worker exited", "pid", pid)
+		s.recoverTasks(w, pid)
+		s.forget(w, false)
+		return
+	}
 	reason := exitReason(code, sig)
 	if w.kill.code != 0 {
 		code, sig, reason = w.kill.code, "", w.kill.reason
@@ -400,7 +426,7 @@ func (s *Supervisor) stopWorker(w *worker, reason string, held bool, then func()
 // shutdown stops every running worker in parallel (host shutdown).
 func (s *Supervisor) shutdown() {
 	s.shuttingDown = true
-	for _, id := range s.order {
+	for _, id := range s.ids() {
 		w := s.workers[id]
 		if w.proc != nil || w.rec.Status == health.StatusCrashed {
 			s.stopWorker(w, "host shutdown", false, nil)

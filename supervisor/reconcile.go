@@ -6,43 +6,48 @@ import (
 	"github.com/vigil-dev/vigil/health"
 )
 
-// reconcile takes over what Redis says about this host's components
-// (DESIGN.md §4.6) and starts what should run. Restarts made here are not
-// counted.
-func (s *Supervisor) reconcile(recs []health.Component) {
-	for _, rec := range recs {
-		w := &worker{id: rec.ID, pool: s.pool(rec.ID.Queue), rec: rec}
-		s.workers[rec.ID] = w
-		s.order = append(s.order, rec.ID)
-		switch rec.Status {
-		case health.StatusNone:
-			w.rec = health.Component{ID: rec.ID, Restarts: rec.Restarts}
-			s.spawn(w, health.ActorMonitor, false)
-		case health.StatusFailed:
-			s.logw(w).Warn("worker is failed: not started (reset it to start it)", "reason", rec.Restarts.FailureReason)
-		case health.StatusStopped:
-			if rec.Held {
-				s.logw(w).Info("worker is held stopped: not started")
-				continue
-			}
-			s.spawn(w, health.ActorMonitor, false)
-		case health.StatusCrashed:
-			s.afterOld(w, rec.PID)
-		case health.StatusStarting, health.StatusHealthy, health.StatusStopping:
-			to, reason := health.StatusCrashed, "supervisor restart"
-			if rec.Status == health.StatusStopping {
-				to, reason = health.StatusStopped, "supervisor restart"
-			}
-			w.rec.Status, w.rec.Reason = to, reason
-			actor := health.ActorMonitor
-			if rec.Host != "" && rec.Host != s.cfg.Host {
-				actor = health.ActorTakeover
-			}
-			_ = s.write(w, health.Write{Actor: actor, NoCheck: true})
-			s.afterOld(w, rec.PID)
+// adopt takes over what Redis says about a component whose slot this host
+// has just claimed (DESIGN.md §4.6, §11) and starts it if it should run.
+// Restarts made here are not counted.
+func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
+	w := &worker{id: id, pool: s.pool(id.Queue), rec: rec}
+	w.rec.ID = id
+	s.workers[id] = w
+	ours := rec.Host == "" || rec.Host == s.cfg.Host
+	switch rec.Status {
+	case health.StatusNone:
+		w.rec = health.Component{ID: id, Restarts: rec.Restarts}
+		s.spawn(w, health.ActorMonitor, false)
+	case health.StatusFailed:
+		s.logw(w).Warn("worker is failed: not started (reset it to start it)", "reason", rec.Restarts.FailureReason)
+	case health.StatusStopped:
+		if rec.Held {
+			s.logw(w).Info("worker is held stopped: not started")
+			return
 		}
+		s.spawn(w, health.ActorMonitor, false)
+	case health.StatusCrashed:
+		if !ours {
+			s.spawn(w, health.ActorMonitor, false)
+			return
+		}
+		s.afterOld(w, rec.PID)
+	case health.StatusStarting, health.StatusHealthy, health.StatusStopping:
+		if !ours {
+			// Its host is gone (its lease expired): start it here. Its
+			// tasks come back through asynq's lease recovery.
+			s.logw(w).Info("taking over slot from a lost host", "from", rec.Host)
+			s.spawn(w, health.ActorTakeover, false)
+			return
+		}
+		to := health.StatusCrashed
+		if rec.Status == health.StatusStopping {
+			to = health.StatusStopped
+		}
+		w.rec.Status, w.rec.Reason = to, "supervisor restart"
+		_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: true})
+		s.afterOld(w, rec.PID)
 	}
-	s.log.Info("supervisor started", "host", s.cfg.Host, "instance", s.cfg.Instance, "components", len(recs))
 }
 
 // afterOld starts w again once the process pid of an earlier supervisor is

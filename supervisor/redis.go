@@ -53,8 +53,7 @@ func (s *Supervisor) probeRedis() {
 // reaped meanwhile, and gives every live worker one full TTL of grace.
 func (s *Supervisor) onRedisUp() {
 	s.redisDown = false
-	ids := make([]health.ComponentID, 0, len(s.order))
-	ids = append(ids, s.order...)
+	ids := s.ids()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout*5)
 	stored, err := s.store.GetMany(ctx, ids)
 	cancel()

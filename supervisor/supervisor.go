@@ -29,13 +29,15 @@ type Supervisor struct {
 	spawner *spawner
 	logs    logTail
 
-	exits  chan exitMsg
-	timers chan timerMsg
-	cmds   chan func()
-	gone   chan goneMsg
-	up     chan struct{}
-	quit   chan struct{} // closed by Stop once drained: the monitor returns
-	dead   chan struct{} // closed when the monitor has returned
+	exits    chan exitMsg
+	timers   chan timerMsg
+	cmds     chan func()
+	ticks    chan struct{}
+	gone     chan goneMsg
+	up       chan struct{}
+	quit     chan struct{} // closed by Stop once drained: the monitor returns
+	stopCmds chan struct{} // closed by Stop: no more commands from other hosts
+	dead     chan struct{} // closed when the monitor has returned
 
 	wg sync.WaitGroup // goroutines of processes and probes
 
@@ -46,11 +48,11 @@ type Supervisor struct {
 
 	// Owned by the monitor goroutine.
 	workers      map[health.ComponentID]*worker
-	order        []health.ComponentID
 	seq          uint64
 	redisDown    bool
 	shuttingDown bool
 	drained      chan struct{} // closed once shutting down and no process left
+	cluster      clusterState
 }
 
 // New checks cfg and returns a supervisor that keeps its state in store.
@@ -67,20 +69,22 @@ func New(cfg Config, store *health.Store) (*Supervisor, error) {
 		return nil, err
 	}
 	return &Supervisor{
-		cfg:     cfg,
-		store:   store,
-		log:     cfg.Logger,
-		logs:    logTail{max: 200, lines: map[health.ComponentID][]string{}},
-		exits:   make(chan exitMsg),
-		timers:  make(chan timerMsg),
-		cmds:    make(chan func()),
-		gone:    make(chan goneMsg),
-		up:      make(chan struct{}),
-		quit:    make(chan struct{}),
-		dead:    make(chan struct{}),
-		done:    make(chan struct{}),
-		workers: map[health.ComponentID]*worker{},
-		drained: make(chan struct{}),
+		cfg:      cfg,
+		store:    store,
+		log:      cfg.Logger,
+		logs:     logTail{max: 200, lines: map[health.ComponentID][]string{}},
+		exits:    make(chan exitMsg),
+		timers:   make(chan timerMsg),
+		cmds:     make(chan func()),
+		ticks:    make(chan struct{}, 1),
+		gone:     make(chan goneMsg),
+		up:       make(chan struct{}),
+		quit:     make(chan struct{}),
+		stopCmds: make(chan struct{}),
+		dead:     make(chan struct{}),
+		done:     make(chan struct{}),
+		workers:  map[health.ComponentID]*worker{},
+		drained:  make(chan struct{}),
 	}, nil
 }
 
@@ -104,19 +108,25 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	s.started = true
 	s.mu.Unlock()
 
-	ids := s.configuredIDs()
-	octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout*5)
-	defer cancel()
-	recs, err := s.store.GetMany(octx, ids)
-	if err != nil {
+	fail := func(err error) error {
 		s.mu.Lock()
 		s.started = false
 		s.mu.Unlock()
-		return fmt.Errorf("reconcile: %w", err)
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout*5)
+	defer cancel()
+	if err := s.joinCluster(octx); err != nil {
+		return fail(err)
 	}
 	s.spawner = newSpawner()
 	go s.monitor()
-	return s.call(ctx, func() { s.reconcile(recs) })
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.serveCommands()
+	}()
+	return s.call(ctx, func() { s.tick(true) })
 }
 
 // Run starts the supervisor, waits for ctx to end and stops it gracefully.
@@ -151,10 +161,15 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	s.stopping = true
 	s.mu.Unlock()
 
+	close(s.stopCmds)
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	_ = s.store.Client().RPush(wctx, s.store.Keys().Commands(s.cfg.Host), wakeUp).Err()
+	cancel()
 	if err := s.call(ctx, s.shutdown); err != nil {
 		return err
 	}
 	<-s.drained
+	_ = s.call(context.Background(), s.releaseAll)
 	close(s.quit)
 	<-s.dead
 	s.wg.Wait()
@@ -179,16 +194,6 @@ func (s *Supervisor) call(ctx context.Context, fn func()) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func (s *Supervisor) configuredIDs() []health.ComponentID {
-	var ids []health.ComponentID
-	for _, p := range s.cfg.Pools {
-		for slot := range p.Workers {
-			ids = append(ids, health.ComponentID{Queue: p.Queue, Slot: slot})
-		}
-	}
-	return ids
 }
 
 func (s *Supervisor) pool(queue string) *Pool {

@@ -1,0 +1,199 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Lease scripts (DESIGN.md §11). A lease value is "<host>/<instance>".
+
+// claimScript takes a lease that is free, already ours, or held by an
+// earlier instance of our own host (which has been judged gone).
+// KEYS: lease. ARGV: me, lease ms, takeover prefix ("<host>/" or "").
+var claimScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if (not v) or v == ARGV[1] or (ARGV[3] ~= '' and string.sub(v, 1, #ARGV[3]) == ARGV[3]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// renewScript extends a lease that is still ours, or takes it again if it
+// is gone (Redis came back empty, or it expired with nobody taking it):
+// 1 held, 0 lost to another holder. KEYS: lease. ARGV: me, lease ms.
+var renewScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// releaseScript deletes a lease if it is ours. KEYS: lease. ARGV: me.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// LeaseValue is the value of a lease held by instance of host.
+func LeaseValue(host, instance string) string { return host + "/" + instance }
+
+// LeaseHost returns the host part of a lease value.
+func LeaseHost(v string) string { h, _, _ := strings.Cut(v, "/"); return h }
+
+// Claim tries to take the lease at key for me; takeover is a prefix
+// ("<host>/") of values it may take over as well ("" for none).
+func (s *Store) Claim(ctx context.Context, key, me, takeover string, lease time.Duration) (bool, error) {
+	n, err := claimScript.Run(ctx, s.rdb, []string{key}, me, lease.Milliseconds(), takeover).Int()
+	if err != nil {
+		return false, fmt.Errorf("claim %s: %w", key, err)
+	}
+	return n == 1, nil
+}
+
+// Renew extends the leases at keys that are still me's, in one round trip
+// (one script call per key, pipelined, since on a Redis Cluster the keys
+// live in different slots); lost[i] reports the ones that are not.
+func (s *Store) Renew(ctx context.Context, keys []string, me string, lease time.Duration) (lost []bool, err error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{k}, me, lease.Milliseconds())
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		if !isNoScript(err) {
+			return nil, fmt.Errorf("renew %d leases: %w", len(keys), err)
+		}
+		if err := renewScript.Load(ctx, s.rdb).Err(); err != nil {
+			return nil, fmt.Errorf("load renew script: %w", err)
+		}
+		return s.Renew(ctx, keys, me, lease)
+	}
+	lost = make([]bool, len(keys))
+	for i, c := range cmds {
+		n, _ := c.Int()
+		lost[i] = n != 1
+	}
+	return lost, nil
+}
+
+// Release deletes the lease at key if it is me's.
+func (s *Store) Release(ctx context.Context, key, me string) error {
+	if err := releaseScript.Run(ctx, s.rdb, []string{key}, me).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("release %s: %w", key, err)
+	}
+	return nil
+}
+
+// LeaseHolders reads the values of the leases at keys ("" when free).
+func (s *Store) LeaseHolders(ctx context.Context, keys []string) ([]string, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read %d leases: %w", len(keys), err)
+	}
+	out := make([]string, len(keys))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// Host is a host's record (DESIGN.md §11).
+type Host struct {
+	ID        string    `json:"id"`
+	Instance  string    `json:"instance"`
+	PID       int       `json:"pid"`
+	Hostname  string    `json:"hostname"`
+	Version   string    `json:"version"`
+	Address   string    `json:"address"`
+	Capacity  int       `json:"capacity"`
+	Slots     int       `json:"slots"`
+	Draining  bool      `json:"draining"`
+	Leader    bool      `json:"leader"`
+	StartedAt time.Time `json:"started_at"`
+	SeenAt    time.Time `json:"seen_at"`
+	Alive     bool      `json:"alive"`
+}
+
+func (h Host) fields() map[string]string {
+	return map[string]string{
+		"id": h.ID, "instance": h.Instance, "pid": strconv.Itoa(h.PID), "hostname": h.Hostname,
+		"version": h.Version, "address": h.Address, "capacity": strconv.Itoa(h.Capacity),
+		"slots": strconv.Itoa(h.Slots), "started_at": ms(h.StartedAt), "seen_at": ms(h.SeenAt),
+		"draining": strconv.FormatBool(h.Draining), "leader": strconv.FormatBool(h.Leader),
+	}
+}
+
+func hostFromHash(id string, m map[string]string) Host {
+	h := Host{ID: id, Instance: m["instance"], Hostname: m["hostname"], Version: m["version"], Address: m["address"],
+		StartedAt: parseMS(m["started_at"]), SeenAt: parseMS(m["seen_at"]), Alive: len(m) > 0}
+	h.PID, _ = strconv.Atoi(m["pid"])
+	h.Capacity, _ = strconv.Atoi(m["capacity"])
+	h.Slots, _ = strconv.Atoi(m["slots"])
+	h.Draining, h.Leader = m["draining"] == "true", m["leader"] == "true"
+	return h
+}
+
+// WriteHost stores h's record with the lease as TTL and indexes it.
+func (s *Store) WriteHost(ctx context.Context, h Host, lease time.Duration) error {
+	pipe := s.rdb.Pipeline()
+	pipe.HSet(ctx, s.keys.Host(h.ID), h.fields())
+	pipe.PExpire(ctx, s.keys.Host(h.ID), lease)
+	pipe.ZAdd(ctx, s.keys.Hosts(), redis.Z{Score: float64(h.SeenAt.UnixMilli()), Member: h.ID})
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("write host %s: %w", h.ID, err)
+	}
+	return nil
+}
+
+// ReadHost reads one host's record; Alive is false when it has expired.
+func (s *Store) ReadHost(ctx context.Context, id string) (Host, error) {
+	m, err := s.rdb.HGetAll(ctx, s.keys.Host(id)).Result()
+	if err != nil {
+		return Host{}, fmt.Errorf("read host %s: %w", id, err)
+	}
+	return hostFromHash(id, m), nil
+}
+
+// Hosts lists every host seen (alive or not), by id.
+func (s *Store) Hosts(ctx context.Context) ([]Host, error) {
+	ids, err := s.rdb.ZRange(ctx, s.keys.Hosts(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list hosts: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	seen := make([]*redis.FloatCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGetAll(ctx, s.keys.Host(id))
+		seen[i] = pipe.ZScore(ctx, s.keys.Hosts(), id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read hosts: %w", err)
+	}
+	out := make([]Host, len(ids))
+	for i, id := range ids {
+		out[i] = hostFromHash(id, cmds[i].Val())
+		out[i].ID = id
+		if !out[i].Alive {
+			out[i].SeenAt = time.UnixMilli(int64(seen[i].Val()))
+		}
+	}
+	return out, nil
+}

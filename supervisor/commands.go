@@ -1,0 +1,173 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// Operator actions work from any host (DESIGN.md §11): an action on a
+// component this host does not hold is sent to the host whose lease holds
+// it, through that host's command list, and the answer comes back on a
+// reply list.
+
+type command struct {
+	Op        string `json:"op"` // restart, stop, reset
+	Component string `json:"component"`
+	Restart   bool   `json:"restart,omitempty"`
+	Reply     string `json:"reply"`
+}
+
+type commandReply struct {
+	Worker *health.WorkerView `json:"worker,omitempty"`
+	Err    string             `json:"err,omitempty"`
+	Kind   string             `json:"kind,omitempty"` // transition, unknown, stopped
+}
+
+// wakeUp is pushed to this host's own command list by Stop so that the
+// blocked read returns at once.
+const wakeUp = "wake"
+
+// forwardTimeout bounds how long a forwarded action waits for its answer.
+const forwardTimeout = 30 * time.Second
+
+// ErrNoOwner is returned for an action on a component no live host holds.
+var ErrNoOwner = errors.New("no live host holds this component")
+
+// forward sends op to the host holding id and waits for its answer.
+func (s *Supervisor) forward(ctx context.Context, op string, id health.ComponentID, restart bool) (health.Component, error) {
+	keys := s.store.Keys()
+	holders, err := s.store.LeaseHolders(ctx, []string{keys.Slot(id)})
+	if err != nil {
+		return health.Component{}, err
+	}
+	host := health.LeaseHost(holders[0])
+	if host == "" || host == s.cfg.Host {
+		sizes, err := PoolSizes(ctx, s.store)
+		if err != nil {
+			return health.Component{}, err
+		}
+		if n, ok := sizes[id.Queue]; !ok || id.Slot >= n {
+			return health.Component{}, fmt.Errorf("%s: %w", id, ErrUnknownComponent)
+		}
+		return health.Component{}, fmt.Errorf("%s: %w", id, ErrNoOwner)
+	}
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	cmd := command{Op: op, Component: id.String(), Restart: restart, Reply: keys.Reply(hex.EncodeToString(b))}
+	data, _ := json.Marshal(cmd)
+	pipe := s.store.Client().Pipeline()
+	pipe.RPush(ctx, keys.Commands(host), data)
+	pipe.Expire(ctx, keys.Commands(host), forwardTimeout)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return health.Component{}, fmt.Errorf("send %s to host %s: %w", op, host, err)
+	}
+	wait := forwardTimeout
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d))
+	}
+	res, err := s.store.Client().BLPop(ctx, wait, cmd.Reply).Result()
+	if err != nil {
+		return health.Component{}, fmt.Errorf("%s on host %s: no answer: %w", op, host, err)
+	}
+	var r commandReply
+	if err := json.Unmarshal([]byte(res[1]), &r); err != nil {
+		return health.Component{}, fmt.Errorf("%s on host %s: bad answer: %w", op, host, err)
+	}
+	if r.Err != "" {
+		switch r.Kind {
+		case "transition":
+			return health.Component{}, fmt.Errorf("%s: %w", r.Err, health.ErrTransition)
+		case "unknown":
+			return health.Component{}, fmt.Errorf("%s: %w", r.Err, ErrUnknownComponent)
+		}
+		return health.Component{}, errors.New(r.Err)
+	}
+	return s.store.Get(ctx, id)
+}
+
+// serveCommands runs actions other hosts send to this one, until Stop.
+func (s *Supervisor) serveCommands() {
+	keys := s.store.Keys()
+	for {
+		select {
+		case <-s.stopCmds:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		res, err := s.store.Client().BLPop(ctx, time.Second, keys.Commands(s.cfg.Host)).Result()
+		cancel()
+		if err != nil {
+			if !errors.Is(err, redis.Nil) {
+				select {
+				case <-s.stopCmds:
+					return
+				case <-time.After(probeInterval): // Redis unreachable: try again later
+				}
+			}
+			continue
+		}
+		if res[1] == wakeUp {
+			continue
+		}
+		var c command
+		if json.Unmarshal([]byte(res[1]), &c) != nil || !strings.HasPrefix(c.Reply, keys.Prefix+"reply:") {
+			s.log.Warn("ignoring malformed command", "command", res[1])
+			continue
+		}
+		s.wg.Add(1)
+		go func() { // an action may wait for a graceful stop
+			defer s.wg.Done()
+			s.runCommand(c)
+		}()
+	}
+}
+
+func (s *Supervisor) runCommand(c command) {
+	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	defer cancel()
+	var rec health.Component
+	id, err := health.ParseComponentID(c.Component)
+	if err == nil {
+		switch c.Op {
+		case "restart":
+			rec, err = s.restartLocal(ctx, id)
+		case "stop":
+			rec, err = s.stopLocal(ctx, id)
+		case "reset":
+			rec, err = s.resetLocal(ctx, id, c.Restart)
+		default:
+			err = fmt.Errorf("unknown command %q", c.Op)
+		}
+	}
+	var r commandReply
+	if err != nil {
+		r.Err = err.Error()
+		switch {
+		case errors.Is(err, health.ErrTransition):
+			r.Kind = "transition"
+		case errors.Is(err, ErrUnknownComponent):
+			r.Kind = "unknown"
+		}
+	} else {
+		v := rec.View()
+		r.Worker = &v
+	}
+	data, _ := json.Marshal(r)
+	pipe := s.store.Client().Pipeline()
+	pipe.RPush(ctx, c.Reply, data)
+	pipe.Expire(ctx, c.Reply, forwardTimeout)
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.log.Warn("answer command", "op", c.Op, "component", c.Component, "err", err)
+	}
+}
