@@ -19,25 +19,27 @@ const (
 	StatusError    = "error"
 )
 
-// LiveOutput is /livez's answer.
-type LiveOutput struct {
-	Body struct {
-		Status string `json:"status" example:"ok" doc:"Always ok while the process serves"`
-	}
+// Liveness is /livez's answer.
+type Liveness struct {
+	Status string `json:"status" example:"ok" doc:"Always ok while the process serves"`
 }
 
-// ReadyOutput is /readyz's answer.
-type ReadyOutput struct {
-	Body struct {
-		Status     string  `json:"status" example:"ready" doc:"ready when Redis answered within 1 s"`
-		RedisRTTMS float64 `json:"redis_rtt_ms" example:"0.12" doc:"Round-trip time of a Redis PING, in milliseconds"`
-	}
+// LiveOutput wraps Liveness.
+type LiveOutput struct{ Body Liveness }
+
+// Readiness is /readyz's answer.
+type Readiness struct {
+	Status     string  `json:"status" example:"ready" doc:"ready when Redis answered within 1 s"`
+	RedisRTTMS float64 `json:"redis_rtt_ms" example:"0.12" doc:"Round-trip time of a Redis PING, in milliseconds"`
 }
+
+// ReadyOutput wraps Readiness.
+type ReadyOutput struct{ Body Readiness }
 
 // HealthReport is the cluster's health.
 type HealthReport struct {
 	Status     string         `json:"status" enum:"healthy,degraded,error" example:"degraded" doc:"healthy, degraded (some workers failed or are restarting, or a pool has no healthy worker) or error (Redis does not answer)"`
-	Reasons    []string       `json:"reasons" example:"[\"1 worker failed: worker:calibration:4\"]" doc:"Why the status is not healthy; empty when healthy"`
+	Reasons    []string       `json:"reasons" nullable:"false" example:"[\"1 worker failed: worker:calibration:4\"]" doc:"Why the status is not healthy; empty when healthy"`
 	RedisRTTMS float64        `json:"redis_rtt_ms" example:"0.12" doc:"Round-trip time of a Redis PING in milliseconds; 0 when Redis did not answer"`
 	Components int            `json:"components" example:"17" doc:"Number of known components"`
 	Counts     map[string]int `json:"counts" example:"{\"healthy\":16,\"failed\":1}" doc:"Number of components per status"`

@@ -79,16 +79,17 @@ type ListJobsInput struct {
 	PageSize int    `query:"page_size" minimum:"1" maximum:"500" default:"50" doc:"Jobs per page"`
 }
 
-// JobsOutput is a page of jobs.
-type JobsOutput struct {
-	Body struct {
-		Queue    string `json:"queue" example:"tag"`
-		State    string `json:"state" example:"pending"`
-		Page     int    `json:"page" example:"1"`
-		PageSize int    `json:"page_size" example:"50"`
-		Jobs     []Job  `json:"jobs"`
-	}
+// JobList is a page of jobs.
+type JobList struct {
+	Queue    string `json:"queue" example:"tag"`
+	State    string `json:"state" example:"pending"`
+	Page     int    `json:"page" example:"1"`
+	PageSize int    `json:"page_size" example:"50"`
+	Jobs     []Job  `json:"jobs" nullable:"false"`
 }
+
+// JobsOutput wraps JobList.
+type JobsOutput struct{ Body JobList }
 
 // JobOutput is one job.
 type JobOutput struct{ Body Job }

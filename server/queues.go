@@ -33,14 +33,15 @@ type QueueStats struct {
 	ETASeconds  float64 `json:"eta_seconds" doc:"pending × average ÷ live workers; 0 when unknown"`
 }
 
-// QueuesOutput lists the queues.
-type QueuesOutput struct {
-	Body struct {
-		Queues       []QueueStats `json:"queues" doc:"Every configured queue, by name"`
-		Total        QueueStats   `json:"total" doc:"The sum over all queues; paused is the global pause"`
-		GlobalPaused bool         `json:"global_paused" doc:"Whether the global pause is on"`
-	}
+// QueueList lists the queues.
+type QueueList struct {
+	Queues       []QueueStats `json:"queues" nullable:"false" doc:"Every configured queue, by name"`
+	Total        QueueStats   `json:"total" doc:"The sum over all queues; paused is the global pause"`
+	GlobalPaused bool         `json:"global_paused" doc:"Whether the global pause is on"`
 }
+
+// QueuesOutput wraps QueueList.
+type QueuesOutput struct{ Body QueueList }
 
 // QueueOutput is one queue.
 type QueueOutput struct{ Body QueueStats }

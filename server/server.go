@@ -37,7 +37,6 @@ type Supervisor interface {
 	Restart(ctx context.Context, id health.ComponentID) (health.Component, error)
 	StopComponent(ctx context.Context, id health.ComponentID) (health.Component, error)
 	Reset(ctx context.Context, id health.ComponentID, restart bool) (health.Component, error)
-	Owns(id health.ComponentID) bool
 	Logs(id health.ComponentID) []string
 }
 

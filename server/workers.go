@@ -49,12 +49,13 @@ func (p ComponentParam) id() (health.ComponentID, error) {
 	return id, nil
 }
 
-// WorkersOutput lists workers.
-type WorkersOutput struct {
-	Body struct {
-		Workers []Worker `json:"workers" doc:"Every known component of the cluster, by queue then slot"`
-	}
+// WorkerList lists workers.
+type WorkerList struct {
+	Workers []Worker `json:"workers" nullable:"false" doc:"Every known component of the cluster, by queue then slot"`
 }
+
+// WorkersOutput wraps WorkerList.
+type WorkersOutput struct{ Body WorkerList }
 
 // WorkerOutput is one worker.
 type WorkerOutput struct{ Body Worker }
@@ -75,13 +76,14 @@ type ResetInput struct {
 	Restart bool `query:"restart" doc:"Start the worker again right after the reset"`
 }
 
-// LogsOutput is a worker's recent output.
-type LogsOutput struct {
-	Body struct {
-		Component string   `json:"component" example:"worker:tag:0"`
-		Lines     []string `json:"lines" doc:"The last lines the worker printed (stdout and stderr), oldest first"`
-	}
+// WorkerLogs is a worker's recent output.
+type WorkerLogs struct {
+	Component string   `json:"component" example:"worker:tag:0"`
+	Lines     []string `json:"lines" nullable:"false" doc:"The last lines the worker printed (stdout and stderr), oldest first"`
 }
+
+// LogsOutput wraps WorkerLogs.
+type LogsOutput struct{ Body WorkerLogs }
 
 func (s *server) registerWorkers(api huma.API) {
 	route(api, accessRead, huma.Operation{
@@ -97,7 +99,7 @@ func (s *server) registerWorkers(api huma.API) {
 	route(api, accessRead, huma.Operation{
 		OperationID: "get-worker-logs", Method: http.MethodGet, Path: "/api/v1/workers/{component}/logs", Tags: []string{"workers"},
 		Summary:     "A worker's recent output",
-		Description: "The last lines the worker printed, as kept by the host that runs it (404 on other hosts).",
+		Description: "The last lines the worker printed, as kept by the host that runs it (empty on other hosts).",
 		Errors:      []int{http.StatusNotFound, http.StatusUnprocessableEntity},
 	}, s.workerLogs)
 	route(api, accessWrite, huma.Operation{
@@ -150,11 +152,11 @@ func (s *server) workerLogs(ctx context.Context, in *ComponentParam) (*LogsOutpu
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Supervisor == nil || !s.cfg.Supervisor.Owns(id) {
-		return nil, huma.Error404NotFound(id.String() + " is not run by this host")
+	if _, err := s.store.Get(ctx, id); err != nil {
+		return nil, s.fail(ctx, "read "+id.String(), err)
 	}
 	out := &LogsOutput{}
-	out.Body.Component, out.Body.Lines = id.String(), s.cfg.Supervisor.Logs(id)
+	out.Body.Component, out.Body.Lines = id.String(), s.cfg.supervisor().Logs(id)
 	if out.Body.Lines == nil {
 		out.Body.Lines = []string{}
 	}
@@ -168,8 +170,9 @@ func (s *server) workerAction(ctx context.Context, p ComponentParam, action, don
 	if err != nil {
 		return nil, err
 	}
-	if s.cfg.Supervisor == nil || !s.cfg.Supervisor.Owns(id) {
-		return nil, s.fail(ctx, action+" "+id.String(), unknownComponent(id))
+	// A component Redis has never heard of is a 404 whoever runs it.
+	if _, err := s.store.Get(ctx, id); err != nil {
+		return nil, s.fail(ctx, action+" "+id.String(), err)
 	}
 	c, err := do(ctx, id)
 	if err != nil {
@@ -194,12 +197,12 @@ func (s *server) resetWorker(ctx context.Context, in *ResetInput) (*WorkerAction
 		done = "reset and started"
 	}
 	return s.workerAction(ctx, in.ComponentParam, "reset", done, func(ctx context.Context, id health.ComponentID) (health.Component, error) {
-		return s.cfg.Supervisor.Reset(ctx, id, in.Restart)
+		return s.cfg.supervisor().Reset(ctx, id, in.Restart)
 	})
 }
 
 // supervisor is cfg.Supervisor or, when there is none, one that knows no
-// component (its methods are reached only through workerAction's check).
+// component.
 func (c Config) supervisor() Supervisor {
 	if c.Supervisor == nil {
 		return noSupervisor{}
@@ -218,5 +221,4 @@ func (noSupervisor) StopComponent(_ context.Context, id health.ComponentID) (hea
 func (noSupervisor) Reset(_ context.Context, id health.ComponentID, _ bool) (health.Component, error) {
 	return health.Component{}, unknownComponent(id)
 }
-func (noSupervisor) Owns(health.ComponentID) bool     { return false }
 func (noSupervisor) Logs(health.ComponentID) []string { return nil }
