@@ -2,7 +2,7 @@
 // supervisor tests that SIGKILL a supervisor and check that its children
 // do not outlive it (DESIGN.md §4.1, §4.6).
 //
-//	testsupervisor -redis URL -prefix P -worker PATH [-workers N] [-stop-timeout D]
+//	testsupervisor -redis URL -prefix P -worker PATH [-workers N] [-stop-timeout D] [-host H -lease D -cluster]
 //
 // It runs N workers of queue q, each `PATH beat`, prints "pids <p1> <p2> …"
 // on stdout once every one is healthy, and runs until SIGTERM or SIGINT.
@@ -34,14 +34,17 @@ func main() {
 	worker := flag.String("worker", "", "path of the testworker binary")
 	n := flag.Int("workers", 3, "workers of queue q")
 	stopTimeout := flag.Duration("stop-timeout", 2*time.Second, "stop_timeout")
+	host := flag.String("host", "orphan", "host id")
+	lease := flag.Duration("lease", 0, "slot lease (0 = default)")
+	cluster := flag.Bool("cluster", false, "cluster member: print \"started\" once running instead of waiting for every worker")
 	flag.Parse()
-	if err := run(*url, *prefix, *worker, *n, *stopTimeout); err != nil {
+	if err := run(*url, *prefix, *worker, *host, *n, *stopTimeout, *lease, *cluster); err != nil {
 		fmt.Fprintln(os.Stderr, "testsupervisor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, prefix, worker string, n int, stopTimeout time.Duration) error {
+func run(url, prefix, worker, host string, n int, stopTimeout, lease time.Duration, cluster bool) error {
 	rdb, err := redisconn.Open(url)
 	if err != nil {
 		return err
@@ -49,7 +52,7 @@ func run(url, prefix, worker string, n int, stopTimeout time.Duration) error {
 	defer rdb.Close()
 	store := health.NewStore(rdb, prefix, 0)
 	sup, err := supervisor.New(supervisor.Config{
-		Host: "orphan", RedisURL: url, Prefix: prefix,
+		Host: host, RedisURL: url, Prefix: prefix, Lease: lease,
 		Pools:       []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{worker, "beat"}}},
 		Heartbeat:   supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: time.Second},
 		StopTimeout: stopTimeout,
@@ -64,6 +67,11 @@ func run(url, prefix, worker string, n int, stopTimeout time.Duration) error {
 		return err
 	}
 	defer sup.Stop(context.Background())
+	if cluster {
+		fmt.Println("started")
+		<-ctx.Done()
+		return nil
+	}
 	pids, err := waitHealthy(ctx, store, n)
 	if err != nil {
 		return err
