@@ -1,13 +1,16 @@
 package supervisor_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -167,4 +170,54 @@ func benchLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// BenchmarkFailover measures host SIGKILL → every slot it held healthy on
+// the other hosts, at a 2 s and at the default 15 s lease. Each iteration
+// starts host c in a process of its own beside hosts a and b.
+func BenchmarkFailover(b *testing.B) {
+	for _, lease := range []time.Duration{2 * time.Second, supervisor.LeaseDefault} {
+		b.Run("lease="+lease.String(), func(b *testing.B) {
+			env := testredis.NewReal(b)
+			store := health.NewStore(env.Client, env.Prefix, 0)
+			mk := func(host string) {
+				h := newHarnessOn(b, env.Client, env.URL, env.Prefix, supervisor.Config{
+					Host: host, Lease: lease,
+					Pools: []supervisor.Pool{{Queue: "q", Workers: 6, Command: []string{testWorker, "beat"}}},
+				})
+				h.start()
+			}
+			mk("a")
+			mk("b")
+			var lat []time.Duration
+			for range b.N {
+				cmd := exec.Command(testSupervisor, "-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
+					"-workers", "6", "-host", "c", "-lease", lease.String(), "-cluster")
+				out, _ := cmd.StdoutPipe()
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
+					b.Fatalf("host c: %q", line)
+				}
+				p := waitSpreadWithin(b, store, 6, []string{"a", "b", "c"}, 2, 4*lease)
+				var moved []health.ComponentID
+				for slot, h := range p {
+					if h == "c" {
+						moved = append(moved, health.ComponentID{Queue: "q", Slot: slot})
+					}
+				}
+				start := time.Now()
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				for _, id := range moved {
+					waitForWithin(b, store, id, func(c health.Component) bool {
+						return c.Status == health.StatusHealthy && c.Host != "c"
+					}, 4*lease)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			reportPercentiles(b, lat)
+		})
+	}
 }

@@ -38,7 +38,7 @@ func placement(tb testing.TB, store *health.Store, n int) map[int]string {
 	tb.Helper()
 	out := map[int]string{}
 	for _, id := range ids("q", n) {
-		c := waitFor(tb, store, id, isStatus(health.StatusHealthy))
+		c := waitForWithin(tb, store, id, isStatus(health.StatusHealthy), 4*waitTimeout)
 		out[id.Slot] = c.Host
 	}
 	return out
@@ -55,7 +55,12 @@ func countByHost(p map[int]string) map[string]int {
 // waitSpread waits until each of hosts holds exactly per healthy slots.
 func waitSpread(tb testing.TB, store *health.Store, n int, hosts []string, per int) map[int]string {
 	tb.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	return waitSpreadWithin(tb, store, n, hosts, per, waitTimeout)
+}
+
+func waitSpreadWithin(tb testing.TB, store *health.Store, n int, hosts []string, per int, timeout time.Duration) map[int]string {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		p := placement(tb, store, n)
 		c := countByHost(p)

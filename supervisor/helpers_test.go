@@ -210,7 +210,18 @@ func waitFor(tb testing.TB, store *health.Store, id health.ComponentID, ok func(
 	return newEventReader(tb, store).waitFor(store, id, ok)
 }
 
+// waitForWithin is waitFor with its own timeout.
+func waitForWithin(tb testing.TB, store *health.Store, id health.ComponentID, ok func(health.Component) bool, timeout time.Duration) health.Component {
+	tb.Helper()
+	return newEventReader(tb, store).waitForWithin(store, id, ok, timeout)
+}
+
 func (r *eventReader) waitFor(store *health.Store, id health.ComponentID, ok func(health.Component) bool) health.Component {
+	r.tb.Helper()
+	return r.waitForWithin(store, id, ok, waitTimeout)
+}
+
+func (r *eventReader) waitForWithin(store *health.Store, id health.ComponentID, ok func(health.Component) bool, waitTimeout time.Duration) health.Component {
 	r.tb.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	var last health.Component
