@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/server"
 )
 
 // TestBadInput: malformed ids, wrong content types, invalid JSON, oversize
@@ -69,5 +70,5 @@ func TestBadInput(t *testing.T) {
 	if len(exact) != 1<<20 {
 		t.Fatalf("exact body is %d bytes", len(exact))
 	}
-	wantProblem(t, h.do(req{method: http.MethodPost, path: jobs, body: exact, token: testToken}), http.StatusUnprocessableEntity) // payload over MaxPayload
+	decode[server.Job](t, h.do(req{method: http.MethodPost, path: jobs, body: exact, token: testToken}), http.StatusCreated)
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/hibiken/asynq"
+
+	"github.com/vigil-dev/vigil/queue"
 )
 
 // Job is one asynq task as the API shows it.
@@ -68,7 +70,7 @@ func unixMS(t time.Time) int64 {
 // JobParam names a job in the path.
 type JobParam struct {
 	QueueParam
-	ID string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.:-]*$" example:"5b9c4a1e-8f2d-4c1a-9a51-0c2f4b8e6d71" doc:"Task id"`
+	ID string `path:"id" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9._-]*$" example:"5b9c4a1e-8f2d-4c1a-9a51-0c2f4b8e6d71" doc:"Task id"`
 }
 
 // ListJobsInput selects jobs of a queue.
@@ -114,7 +116,7 @@ type JobActionOutput struct{ Body JobAction }
 type EnqueueRequest struct {
 	Type           string          `json:"type" minLength:"1" maxLength:"200" pattern:"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$" example:"demo:sleep" doc:"Task type"`
 	Payload        json.RawMessage `json:"payload,omitempty" doc:"Any JSON value, handed to the handler as its bytes"`
-	TaskID         string          `json:"task_id,omitempty" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.:-]*$" doc:"Task id; default a random UUID. 409 if a task with this id exists"`
+	TaskID         string          `json:"task_id,omitempty" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9._-]*$" doc:"Task id; default a random UUID. 409 if a task with this id exists"`
 	MaxRetry       *int            `json:"max_retry,omitempty" minimum:"0" maximum:"1000" doc:"Retries for handler errors (asynq's default 25)"`
 	DelaySeconds   float64         `json:"delay_seconds,omitempty" minimum:"0" maximum:"31536000" doc:"Run no sooner than this many seconds from now"`
 	TimeoutSeconds float64         `json:"timeout_seconds,omitempty" minimum:"0" maximum:"604800" doc:"Per-attempt timeout; default the pool's task_timeout"`
@@ -200,10 +202,7 @@ func (s *server) enqueue(ctx context.Context, in *EnqueueInput) (*CreatedJobOutp
 	if string(payload) == "null" {
 		payload = nil
 	}
-	if int64(len(payload)) > s.cfg.MaxPayload {
-		return nil, huma.Error422UnprocessableEntity(fmt.Sprintf("payload is %d bytes, over the limit of %d", len(payload), s.cfg.MaxPayload))
-	}
-	opts := []asynq.Option{asynq.Queue(in.Queue)}
+	var opts []asynq.Option
 	if b.TaskID != "" {
 		opts = append(opts, asynq.TaskID(b.TaskID))
 	}
@@ -219,17 +218,23 @@ func (s *server) enqueue(ctx context.Context, in *EnqueueInput) (*CreatedJobOutp
 	if b.UniqueSeconds >= 1 {
 		opts = append(opts, asynq.Unique(seconds(b.UniqueSeconds)))
 	}
-	info, err := s.jobs.EnqueueContext(ctx, asynq.NewTask(b.Type, payload), opts...)
-	if err != nil {
+	if b.UniqueSeconds > 0 && b.UniqueSeconds < 1 {
+		return nil, huma.Error422UnprocessableEntity("unique_seconds must be 0 or at least 1")
+	}
+	// queue.Client checks the task and announces it (event created).
+	info, err := s.jobs.Enqueue(ctx, in.Queue, asynq.NewTask(b.Type, payload), opts...)
+	switch {
+	case errors.Is(err, queue.ErrPayloadTooLarge), errors.Is(err, queue.ErrNegativeDelay), errors.Is(err, queue.ErrInvalidTask):
+		return nil, huma.Error422UnprocessableEntity(err.Error())
+	case err != nil:
 		return nil, s.fail(ctx, "enqueue to "+in.Queue, err)
 	}
-	s.announce(ctx, jobTopic(info.Queue, info.ID), "enqueue", info.ID, "enqueued as "+info.State.String())
 	return &CreatedJobOutput{Location: "api/v1/jobs/" + info.Queue + "/" + info.ID, Body: jobOf(info)}, nil
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 
-func jobTopic(q, id string) string { return "job:" + q + ":" + id }
+func jobTopic(q, id string) string { return queue.JobTopic(q, id) }
 
 // task reads a job of a configured queue.
 func (s *server) task(ctx context.Context, in *JobParam) (*asynq.TaskInfo, error) {

@@ -23,7 +23,6 @@ import (
 // Defaults of Config.
 const (
 	MaxBodyDefault    = 1 << 20 // 1 MiB (DESIGN.md §7)
-	MaxPayloadDefault = 256 << 10
 	SessionTTLDefault = 12 * time.Hour
 	// ReadyTimeout bounds the Redis ping of /readyz and /api/v1/health.
 	ReadyTimeout = time.Second
@@ -58,8 +57,11 @@ type Config struct {
 	// MaxBody caps request bodies (bytes, default MaxBodyDefault).
 	MaxBody int64
 	// MaxPayload caps an enqueued job's payload (bytes, default
-	// MaxPayloadDefault).
-	MaxPayload int64
+	// queue.MaxPayloadDefault; the body cap applies too).
+	MaxPayload int
+	// TaskTimeouts are the pools' task timeouts, given to jobs enqueued
+	// without one.
+	TaskTimeouts map[string]time.Duration
 	// SessionTTL is the dashboard cookie's lifetime (default
 	// SessionTTLDefault).
 	SessionTTL time.Duration
@@ -76,7 +78,6 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.MaxBody = cmp.Or(c.MaxBody, MaxBodyDefault)
-	c.MaxPayload = cmp.Or(c.MaxPayload, MaxPayloadDefault)
 	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
 	c.Version = cmp.Or(c.Version, APIVersion)
 	if c.Logger == nil {
@@ -123,7 +124,8 @@ func New(cfg Config) (http.Handler, error) {
 		store: cfg.Store,
 		log:   cfg.Logger,
 		insp:  asynq.NewInspectorFromRedisClient(cfg.Store.Client()),
-		jobs:  asynq.NewClientFromRedisClient(cfg.Store.Client()),
+		jobs: queue.NewClient(cfg.Store, queue.ClientConfig{Queues: cfg.Queues, MaxPayload: cfg.MaxPayload,
+			TaskTimeouts: cfg.TaskTimeouts, Logger: cfg.Logger, Clock: cfg.Clock}),
 	}
 	mux := http.NewServeMux()
 	api := newAPI(mux, cfg)
@@ -141,7 +143,7 @@ type server struct {
 	store *health.Store
 	log   *slog.Logger
 	insp  *asynq.Inspector
-	jobs  *asynq.Client
+	jobs  *queue.Client
 }
 
 // Spec returns the OpenAPI document of the API as New serves it at the

@@ -139,11 +139,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 // adminServer builds the HTTP server of the admin API (DESIGN.md §7).
 func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervisor, log *slog.Logger) (*http.Server, error) {
 	queues := make([]string, len(cfg.Pools))
+	timeouts := map[string]time.Duration{}
 	for i, p := range cfg.Pools {
-		queues[i] = p.Queue
+		queues[i], timeouts[p.Queue] = p.Queue, time.Duration(p.TaskTimeout)
 	}
 	h, err := server.New(server.Config{
-		Store: store, Supervisor: sup, Queues: queues,
+		Store: store, Supervisor: sup, Queues: queues, TaskTimeouts: timeouts,
 		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
 		Version: server.APIVersion, Logger: log,
 	})
