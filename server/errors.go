@@ -23,7 +23,8 @@ func unknownComponent(id health.ComponentID) error {
 }
 
 // fail turns err into a problem detail: 404 for what does not exist, 409
-// for what the status machine or the job's state forbids, 422 for invalid
+// for what the status machine or the job's state forbids or a component no
+// live host holds, 422 for invalid
 // names, 503 while shutting down; anything else is logged and is a 500
 // that says what was being done.
 func (s *server) fail(ctx context.Context, what string, err error) error {
@@ -34,7 +35,8 @@ func (s *server) fail(ctx context.Context, what string, err error) error {
 	case errors.Is(err, supervisor.ErrUnknownComponent), errors.Is(err, health.ErrNotFound),
 		errors.Is(err, errUnknownQueue), errors.Is(err, asynq.ErrQueueNotFound), errors.Is(err, asynq.ErrTaskNotFound):
 		return huma.Error404NotFound(err.Error())
-	case errors.Is(err, health.ErrTransition), errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
+	case errors.Is(err, health.ErrTransition), errors.Is(err, supervisor.ErrNoOwner),
+		errors.Is(err, asynq.ErrTaskIDConflict), errors.Is(err, asynq.ErrDuplicateTask):
 		return huma.Error409Conflict(err.Error())
 	case errors.Is(err, health.ErrInvalidName):
 		return huma.Error422UnprocessableEntity(err.Error())
