@@ -58,9 +58,10 @@ type dequeueHook struct {
 	log     *slog.Logger
 	metrics *Metrics
 
-	onSkip   func()      // tests: called when a dequeue is refused
-	closed   atomic.Bool // backpressure: refuse dequeues
-	crashes  sync.Map    // task id → crash count read at dequeue
+	onSkip   func()         // tests: called when a dequeue is refused
+	onTry    func(got bool) // tests: called after each dequeue
+	closed   atomic.Bool    // backpressure: refuse dequeues
+	crashes  sync.Map       // task id → crash count read at dequeue
 	warnOnce sync.Once
 }
 
@@ -133,6 +134,9 @@ func (h *dequeueHook) dequeue(ctx context.Context, c *redis.Cmd, args []any, nex
 		sargs[0], sargs[1] = "eval", vigilDequeueSource
 		run = redis.NewCmd(ctx, sargs...)
 		err = next(ctx, run)
+	}
+	if h.onTry != nil {
+		defer func() { h.onTry(c.Err() == nil) }()
 	}
 	if err != nil {
 		c.SetErr(err)

@@ -192,10 +192,12 @@ func (e *qenv) states(id string) []queue.JobState {
 	return out
 }
 
-// watcher follows the event stream from where it was made.
+// watcher follows the event stream from where it was made, keeping what
+// it read.
 type watcher struct {
 	e    *qenv
 	last string
+	seen []streamEvent
 }
 
 func (e *qenv) watch() *watcher {
@@ -211,12 +213,17 @@ func (e *qenv) watch() *watcher {
 	return &watcher{e: e, last: last}
 }
 
-// next blocks for the next events, up to d; nil when none came.
+// next blocks for the next events, up to d (0: does not block); nil when
+// none came.
 func (w *watcher) next(d time.Duration) []streamEvent {
 	w.e.tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d+time.Second)
 	defer cancel()
-	res, err := w.e.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{w.e.store.Keys().Events(), w.last}, Block: d, Count: 1000}).Result()
+	block := d
+	if block <= 0 {
+		block = -1 // no BLOCK: BLOCK 0 would wait forever
+	}
+	res, err := w.e.Client.XRead(ctx, &redis.XReadArgs{Streams: []string{w.e.store.Keys().Events(), w.last}, Block: block, Count: 1000}).Result()
 	if errors.Is(err, redis.Nil) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
@@ -228,26 +235,23 @@ func (w *watcher) next(d time.Duration) []streamEvent {
 	}
 	msgs := res[0].Messages
 	w.last = msgs[len(msgs)-1].ID
-	return decodeEntries(w.e.tb, msgs)
+	news := decodeEntries(w.e.tb, msgs)
+	w.seen = append(w.seen, news...)
+	return news
 }
 
-// until reads events until ok says the condition holds (it is also asked
-// once before reading anything), failing the test after timeout.
-func (w *watcher) until(what string, timeout time.Duration, ok func(news []streamEvent) bool) {
+// until reads events until ok, given every event read since the watcher
+// was made, says the condition holds (it is asked before any read, and
+// after each), failing the test after timeout.
+func (w *watcher) until(what string, timeout time.Duration, ok func(seen []streamEvent) bool) {
 	w.e.tb.Helper()
 	deadline := time.Now().Add(timeout)
-	if ok(nil) {
-		return
-	}
-	for {
+	for !ok(w.seen) {
 		left := time.Until(deadline)
 		if left <= 0 {
 			w.e.tb.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		news := w.next(min(left, 500*time.Millisecond))
-		if ok(news) {
-			return
-		}
+		w.next(min(left, 500*time.Millisecond))
 	}
 }
 
@@ -255,8 +259,8 @@ func (w *watcher) until(what string, timeout time.Duration, ok func(news []strea
 func (w *watcher) untilJob(id string, st queue.JobState) queue.JobEvent {
 	w.e.tb.Helper()
 	var got queue.JobEvent
-	w.until("task "+id+" "+string(st), waitTimeout, func(news []streamEvent) bool {
-		for _, se := range news {
+	w.until("task "+id+" "+string(st), waitTimeout, func(seen []streamEvent) bool {
+		for _, se := range seen {
 			if se.ev.Topic == queue.JobTopic(w.e.q, id) && se.job.State == st {
 				got = se.job
 				return true

@@ -49,7 +49,8 @@ type WorkerConfig struct {
 	Load              func() (float64, error)
 	BackpressureCheck time.Duration // 0 = BackpressureCheckDefault
 
-	onDequeueSkip func() // tests: called when backpressure refuses a dequeue
+	onDequeueSkip func()         // tests: called when backpressure refuses a dequeue
+	onDequeue     func(got bool) // tests: called after each dequeue, with whether it got a task
 }
 
 // WorkerConfigFromEnv reads the VIGIL_* environment the supervisor gives its
@@ -144,7 +145,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	}
 	defer rdb.Close()
 	w.hook = newDequeueHook(health.NewKeys(w.env.Prefix), w.id, w.pid, w.log, w.metrics)
-	w.hook.onSkip = cfg.onDequeueSkip
+	w.hook.onSkip, w.hook.onTry = cfg.onDequeueSkip, cfg.onDequeue
 	rdb.AddHook(w.hook)
 	if err := redisconn.Ping(ctx, rdb, 5*time.Second); err != nil {
 		return err

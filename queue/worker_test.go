@@ -109,8 +109,8 @@ func TestFailures(t *testing.T) {
 			w := e.watch()
 			id := e.enqueue(c, tt.typ, "", tt.opts...)
 			var last queue.JobEvent
-			w.until(tt.name, waitTimeout, func(news []streamEvent) bool {
-				for _, se := range news {
+			w.until(tt.name, waitTimeout, func(seen []streamEvent) bool {
+				for _, se := range seen {
 					if se.job.ID == id && se.ev.Topic == queue.JobTopic(e.q, id) && se.job.Final {
 						last = se.job
 						return true
