@@ -1,0 +1,111 @@
+package queue
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testredis"
+)
+
+// TestRecoverPicksOnlyTheDeadProcessesActiveTasks builds the states a dead
+// process can leave by hand and checks which tasks Recover puts back.
+func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
+	env := testredis.New(t)
+	rdb := env.Client
+	ctx := context.Background()
+	q := "rq" + env.Prefix[2:len(env.Prefix)-1]
+	t.Cleanup(func() {
+		if env.Mini == nil {
+			keys, _ := rdb.Keys(ctx, "asynq:{"+q+"}:*").Result()
+			if len(keys) > 0 {
+				rdb.Del(ctx, keys...)
+			}
+			rdb.SRem(ctx, "asynq:queues", q)
+		}
+	})
+	store := health.NewStore(rdb, env.Prefix, 0)
+	keys := store.Keys()
+	c := asynq.NewClientFromRedisClient(rdb)
+	comp := health.ComponentID{Queue: q, Slot: 0}
+	for _, id := range []string{"mine", "other", "nohook", "finished", "mine2"} {
+		if _, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Dequeue in enqueue order, as the hook (with an owner) or as plain
+	// asynq would.
+	dequeue := func(owner string) string {
+		t.Helper()
+		keys4 := []string{asynqPendingKey(q), asynqPausedKey(q), asynqActiveKey(q), asynqLeaseKey(q)}
+		lease := time.Now().Add(30 * time.Second).Unix()
+		if owner == "" {
+			if err := redis.NewScript(asynqDequeueSource).Run(ctx, rdb, keys4, lease, asynqTaskPrefix(q)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		}
+		res, err := vigilDequeueScript.Run(ctx, rdb, keys4, lease, asynqTaskPrefix(q), ownerField, owner,
+			keys.JobPrefix(q), health.JobCrashesSuffix).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[1].(string)
+	}
+	dead, live := ownerOf(comp, 100), ownerOf(comp, 200)
+	if id := dequeue(dead); id != "mine" {
+		t.Fatalf("dequeued %q", id)
+	}
+	dequeue(live) // other: the replacement process runs it now
+	dequeue("")   // nohook: no owner field, listed in the running hash
+	dequeue(dead) // finished: done by the dead process before it died
+	dequeue(dead) // mine2
+	rdb.ZRem(ctx, asynqLeaseKey(q), "finished")
+	rdb.LRem(ctx, asynqActiveKey(q), 0, "finished")
+	rdb.HSet(ctx, keys.Running(comp), "mine", "100:1", "nohook", "100:2", "finished", "100:3", "other", "200:4")
+	rdb.Set(ctx, keys.JobCrashes(q, "mine2"), 4, 0)
+
+	r := NewRecoverer(store, RecovererConfig{Metrics: new(Metrics), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	n, err := r.Recover(ctx, comp, 100)
+	if err != nil || n != 3 {
+		t.Fatalf("Recover = %d, %v; want 3 (mine, nohook, mine2)", n, err)
+	}
+	pending := rdb.LRange(ctx, asynqPendingKey(q), 0, -1).Val()
+	slices.Sort(pending)
+	if !slices.Equal(pending, []string{"mine", "mine2", "nohook"}) {
+		t.Fatalf("pending %v", pending)
+	}
+	if active := rdb.LRange(ctx, asynqActiveKey(q), 0, -1).Val(); !slices.Equal(active, []string{"other"}) {
+		t.Fatalf("active %v; the live process's task must stay", active)
+	}
+	for id, want := range map[string]string{"mine": "1", "nohook": "1", "mine2": "5", "other": "", "finished": ""} {
+		if got := rdb.Get(ctx, keys.JobCrashes(q, id)).Val(); got != want {
+			t.Errorf("crashes of %s = %q, want %q", id, got, want)
+		}
+	}
+	if h := rdb.HGetAll(ctx, keys.Running(comp)).Val(); len(h) != 1 || h["other"] != "200:4" {
+		t.Fatalf("running hash %v; only the live process's entry must stay", h)
+	}
+	var stale []string
+	for _, m := range rdb.XRange(ctx, keys.Events(), "-", "+").Val() {
+		if m.Values["topic"] == TopicJobs {
+			stale = append(stale, m.Values["data"].(string))
+		}
+	}
+	if len(stale) != 3 {
+		t.Fatalf("%d requeued:stale events, want 3: %v", len(stale), stale)
+	}
+	if n, err := r.Recover(ctx, comp, 100); err != nil || n != 0 {
+		t.Fatalf("second Recover = %d, %v", n, err)
+	}
+	if n, err := r.Recover(ctx, health.ComponentID{Queue: q, Slot: 1}, 100); err != nil || n != 0 {
+		t.Fatalf("Recover of another component with the same pid = %d, %v", n, err)
+	}
+}
