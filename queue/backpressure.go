@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // backpressure pauses this process's dequeues (DESIGN.md §6): while the
@@ -14,36 +15,50 @@ import (
 // above load_threshold, the dequeue hook refuses dequeues for
 // pause_interval, then the condition is judged again. It is host-local:
 // asynq's queue pause would stop every host. Off when high_watermark is 0.
-func (w *worker) backpressure(ctx context.Context, cfg WorkerConfig) {
-	bp := w.env.Backpressure
-	if bp.HighWatermark <= 0 {
-		return
+type backpressure struct {
+	w     *worker
+	load  func() (float64, error)
+	every time.Duration
+}
+
+func (w *worker) newBackpressure(cfg WorkerConfig) *backpressure {
+	if w.env.Backpressure.HighWatermark <= 0 {
+		return nil
 	}
-	load := cfg.Load
-	if load == nil {
-		load = hostLoad
+	b := &backpressure{w: w, load: cfg.Load, every: cfg.BackpressureCheck}
+	if b.load == nil {
+		b.load = hostLoad
 	}
-	every := cfg.BackpressureCheck
-	if every <= 0 {
-		every = BackpressureCheckDefault
+	if b.every <= 0 {
+		b.every = BackpressureCheckDefault
 	}
-	tick := make(chan struct{}, 1)
-	defer w.hook.closed.Store(false)
-	for {
-		next := every
-		depth, l, over := w.overloaded(ctx, load)
-		switch {
-		case over:
-			if !w.hook.closed.Swap(true) {
-				w.log.Warn("backpressure: this worker stops dequeuing", "pending", depth, "load", l,
-					"high_watermark", bp.HighWatermark, "load_threshold", bp.LoadThreshold, "pause", bp.PauseInterval)
-			}
-			w.metrics.BackpressurePauses.Add(1)
-			next = bp.PauseInterval
-		case w.hook.closed.Swap(false):
-			w.log.Info("backpressure: dequeuing again", "pending", depth, "load", l)
+	return b
+}
+
+// judge closes or opens the gate and returns when to judge again.
+func (b *backpressure) judge(ctx context.Context) time.Duration {
+	w, bp := b.w, b.w.env.Backpressure
+	depth, l, over := w.overloaded(ctx, b.load)
+	switch {
+	case over:
+		if !w.hook.closed.Swap(true) {
+			w.log.Warn("backpressure: this worker stops dequeuing", "pending", depth, "load", l,
+				"high_watermark", bp.HighWatermark, "load_threshold", bp.LoadThreshold, "pause", bp.PauseInterval)
 		}
-		t := w.clock.AfterFunc(next, func() {
+		w.metrics.BackpressurePauses.Add(1)
+		return bp.PauseInterval
+	case w.hook.closed.Swap(false):
+		w.log.Info("backpressure: dequeuing again", "pending", depth, "load", l)
+	}
+	return b.every
+}
+
+// run judges again and again until ctx ends, starting after next.
+func (b *backpressure) run(ctx context.Context, next time.Duration) {
+	tick := make(chan struct{}, 1)
+	defer b.w.hook.closed.Store(false)
+	for {
+		t := b.w.clock.AfterFunc(next, func() {
 			select {
 			case tick <- struct{}{}:
 			default:
@@ -55,6 +70,7 @@ func (w *worker) backpressure(ctx context.Context, cfg WorkerConfig) {
 			return
 		case <-tick:
 		}
+		next = b.judge(ctx)
 	}
 }
 

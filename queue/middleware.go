@@ -103,6 +103,9 @@ func (w *worker) write(ctx context.Context, j *job, what string, fill func(conte
 	pipe := w.rdb.Pipeline()
 	fill(octx, pipe)
 	if _, err := pipe.Exec(octx); err != nil {
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			_ = avgScript.Load(octx, w.rdb).Err()
+		}
 		w.log.Warn("record task "+what, "task", j.id, "err", err)
 	}
 }
@@ -180,7 +183,9 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	w.write(ctx, j, string(ev.State), func(ctx context.Context, pipe redis.Pipeliner) {
 		pipe.HDel(ctx, keys.Running(w.id), j.id)
 		if err == nil {
-			avgScript.Eval(ctx, pipe, []string{keys.QueueStats(w.q)}, dur.Seconds()*1000, avgWeight)
+			// Loaded at start; after a Redis restart lost it, the first
+			// failure reloads it (that one duration is lost).
+			avgScript.EvalSha(ctx, pipe, []string{keys.QueueStats(w.q)}, dur.Seconds()*1000, avgWeight)
 			if j.crashes > 0 {
 				pipe.Del(ctx, keys.JobCrashes(w.q, j.id))
 			}

@@ -151,6 +151,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 		return err
 	}
 	w.rdb, w.store = rdb, health.NewStore(rdb, w.env.Prefix, 0)
+	if err := avgScript.Load(ctx, rdb).Err(); err != nil {
+		return fmt.Errorf("load scripts: %w", err)
+	}
 
 	hb := &health.Heartbeater{Store: w.store, ID: w.id, PID: w.pid, Host: w.env.Host,
 		StartedAt: w.clock.Now(), Interval: w.env.HeartbeatInterval, TTL: w.env.HeartbeatTTL,
@@ -176,7 +179,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	var wg sync.WaitGroup
 	beatErr := make(chan error, 1)
 	wg.Go(func() { beatErr <- hb.Run(bg) })
-	wg.Go(func() { w.backpressure(bg, cfg) })
+	if bp := w.newBackpressure(cfg); bp != nil {
+		next := bp.judge(ctx) // before the first dequeue
+		wg.Go(func() { bp.run(bg, next) })
+	}
 	defer func() {
 		stopBG()
 		wg.Wait()

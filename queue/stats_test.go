@@ -1,0 +1,68 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/vigil-dev/vigil/queue"
+)
+
+func TestStatsAverageAndETA(t *testing.T) {
+	e := newQEnv(t)
+	never := e.q + "x" // a configured queue asynq has never seen
+	cfg := e.config(0)
+	e.runWorker(cfg, map[string]asynq.Handler{
+		"sleep": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			select {
+			case <-time.After(20 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}),
+		"fail": asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return errors.New("no") }),
+	})
+	c := e.client()
+	w := e.watch()
+	var last string
+	for range 5 {
+		last = e.enqueue(c, "sleep", "")
+	}
+	failed := e.enqueue(c, "fail", "", asynq.MaxRetry(0))
+	w.untilJob(last, queue.StateDone)
+	w.untilJob(failed, queue.StateError)
+	waitArchived(t, e, failed)
+
+	ctl := queue.NewControl(e.store)
+	ctx := context.Background()
+	if _, err := ctl.PauseQueue(ctx, e.q); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		e.enqueue(c, "sleep", "")
+	}
+	per, total, err := ctl.Stats(ctx, []string{e.q, never}, map[string]int{e.q: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := per[0]
+	if s.Completed != 5 || s.Failed != 1 || s.Archived != 1 || s.Pending != 4 || !s.Paused || s.LiveWorkers != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+	if s.AvgJobMS < 15 || s.AvgJobMS > 2000 {
+		t.Fatalf("average job time %.1f ms for 20 ms jobs", s.AvgJobMS)
+	}
+	if want := 4 * s.AvgJobMS / 2 / 1000; s.ETASeconds != want {
+		t.Fatalf("ETA %.3f s, want %.3f", s.ETASeconds, want)
+	}
+	if z := per[1]; z.Queue != never || z.Pending != 0 || z.Completed != 0 || z.AvgJobMS != 0 {
+		t.Fatalf("unseen queue %+v", z)
+	}
+	if total.Completed != 5 || total.Pending != 4 || total.AvgJobMS != s.AvgJobMS {
+		t.Fatalf("total %+v", total)
+	}
+}
