@@ -16,6 +16,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/server"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -88,6 +89,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		return fmt.Errorf("admin server: %w", err)
 	}
 	defer ln.Close()
+	// Pause flags written while this host was away hold (DESIGN.md §6).
+	queues := make([]string, len(cfg.Pools))
+	for i, p := range cfg.Pools {
+		queues[i] = p.Queue
+	}
+	if err := queue.NewControl(store).Apply(ctx, queues); err != nil {
+		return err
+	}
 	sup, err := supervisor.New(supervisor.Config{
 		Host:        cfg.Host,
 		RedisURL:    url,
@@ -96,6 +105,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		Heartbeat:   cfg.HeartbeatConfig(),
 		Policy:      cfg.PolicyConfig(),
 		StopTimeout: time.Duration(cfg.StopTimeout),
+		Recoverer:   queue.NewRecoverer(store, queue.RecovererConfig{Logger: log}),
 		Logger:      log,
 	}, store)
 	if err != nil {

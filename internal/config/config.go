@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -220,12 +222,22 @@ func (c Config) PolicyConfig() policy.Config {
 	}
 }
 
-// SupervisorPools converts the pools.
+// SupervisorPools converts the pools. The worker runtime's per-pool
+// settings (backpressure, keep_scratch_on_success) reach the workers as
+// VIGIL_* variables of the pool's environment.
 func (c Config) SupervisorPools() []supervisor.Pool {
 	out := make([]supervisor.Pool, len(c.Pools))
 	for i, p := range c.Pools {
+		env := make(map[string]string, len(p.Env)+4)
+		maps.Copy(env, p.Env)
+		env[health.EnvKeepScratch] = strconv.FormatBool(p.KeepScratchOnSuccess)
+		env[health.EnvBackpressureHighWatermark] = strconv.Itoa(p.Backpressure.HighWatermark)
+		env[health.EnvBackpressureLoadThreshold] = strconv.FormatFloat(p.Backpressure.LoadThreshold, 'g', -1, 64)
+		if p.Backpressure.PauseInterval > 0 {
+			env[health.EnvBackpressurePauseInterval] = p.Backpressure.PauseInterval.String()
+		}
 		out[i] = supervisor.Pool{Queue: p.Queue, Workers: p.Workers, Command: p.Command,
-			Concurrency: p.Concurrency, TaskTimeout: time.Duration(p.TaskTimeout), Env: p.Env}
+			Concurrency: p.Concurrency, TaskTimeout: time.Duration(p.TaskTimeout), Env: env}
 	}
 	return out
 }
