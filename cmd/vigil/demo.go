@@ -10,19 +10,24 @@ import (
 	"os"
 	"time"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/config"
+	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
 // demoCmd runs Vigil with no set-up: embedded Redis, three pools of demo
-// workers, and a driver that now and then makes a worker crash or hang, and
-// sends one into a crash loop so that it ends failed.
+// workers (`vigil worker --demo`), a steady trickle of demo jobs of which
+// some fail, crash or hang their worker and one is toxic, and one worker
+// sent into a crash loop so that it ends failed.
 func demoCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("vigil demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	flags := config.RegisterFlags(fs)
-	every := fs.Duration("chaos-every", 4*time.Second, "how often the demo makes a worker crash or hang")
+	every := fs.Duration("chaos-every", 4*time.Second, "how often the demo enqueues a job that fails, crashes or hangs its worker")
+	jobEvery := fs.Duration("job-every", 300*time.Millisecond, "how often the demo enqueues a job")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,44 +60,69 @@ func demoCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return serve(ctx, cfg, log, func(sup *supervisor.Supervisor) {
 		go demoChaos(ctx, sup, log, *every)
+		go demoJobs(ctx, sup, log, *jobEvery, *every)
 	})
 }
 
-// demoChaos tells random workers to crash or hang, and after a while sends
-// worker:calibration:4 into a crash loop that ends failed.
+// demoChaos sends worker:calibration:4 into a crash loop that ends failed,
+// once, at the third tick.
 func demoChaos(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger, every time.Duration) {
 	rdb := sup.Store().Client()
 	keys := sup.Store().Keys()
-	var ids []health.ComponentID
-	for _, p := range sup.Config().Pools {
-		for s := range p.Workers {
-			ids = append(ids, health.ComponentID{Queue: p.Queue, Slot: s})
-		}
-	}
 	loop := health.ComponentID{Queue: "calibration", Slot: 4}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for n := 1; ; n++ {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(3 * every):
+	}
+	// Four exits at start after this crash: five crashes within the
+	// window, so the policy marks it failed.
+	rdb.Set(ctx, demoLoopKey(keys, loop), 4, 10*time.Minute)
+	rdb.RPush(ctx, demoCmdKey(keys, loop), "crash 1")
+	log.Info("demo: sending a worker into a crash loop", "component", loop.String())
+}
+
+// demoJobs enqueues a steady trickle of demo jobs, every `every`, on random
+// pools: mostly work that reports progress, and now and then (every
+// chaosEvery) one that fails, fails for good, crashes its worker or hangs
+// it; after 30 s, and then every 5 minutes, a toxic one.
+func demoJobs(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger, every, chaosEvery time.Duration) {
+	cfg := sup.Config()
+	queues := make([]string, 0, len(cfg.Pools))
+	timeouts := map[string]time.Duration{}
+	for _, p := range cfg.Pools {
+		queues = append(queues, p.Queue)
+		timeouts[p.Queue] = p.TaskTimeout
+	}
+	c := queue.NewClient(sup.Store(), queue.ClientConfig{Queues: queues, TaskTimeouts: timeouts, Logger: log})
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	start, lastChaos, lastToxic := time.Now(), time.Now(), time.Time{}
+	misbehaving := []string{demoFail, demoInvalid, demoCrash, demoHang}
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick.C:
 		}
-		id, cmd := ids[rand.IntN(len(ids))], fmt.Sprintf("crash %d", 1+rand.IntN(3))
-		switch {
-		case n == 3:
-			// Four exits at start after this crash: five crashes within the
-			// window, so the policy marks it failed.
-			id, cmd = loop, "crash 1"
-			rdb.Set(ctx, demoLoopKey(keys, loop), 4, 10*time.Minute)
-			log.Info("demo: sending a worker into a crash loop", "component", id.String())
-		case n%5 == 0:
-			cmd = "hang"
+		q := queues[rand.IntN(len(queues))]
+		task, opts := demoTask(demoWork, 500+rand.IntN(3500)), []asynq.Option(nil)
+		switch now := time.Now(); {
+		case now.Sub(start) > 30*time.Second && now.Sub(lastToxic) > 5*time.Minute:
+			lastToxic, task = now, demoTask(demoToxic, 0)
+		case now.Sub(lastChaos) > chaosEvery:
+			lastChaos = now
+			task, opts = demoTask(misbehaving[rand.IntN(len(misbehaving))], 1000), []asynq.Option{asynq.MaxRetry(2)}
 		}
-		if id == loop && n != 3 {
+		info, err := c.Enqueue(ctx, q, task, opts...)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("demo: enqueue", "queue", q, "err", err)
+			}
 			continue
 		}
-		log.Info("demo: telling a worker to misbehave", "component", id.String(), "cmd", cmd)
-		rdb.RPush(ctx, demoCmdKey(keys, id), cmd)
+		if task.Type() != demoWork {
+			log.Info("demo: enqueued a misbehaving job", "queue", q, "type", task.Type(), "task", info.ID)
+		}
 	}
 }

@@ -10,62 +10,68 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/queue"
 )
 
-// workerCmd is the runtime a pool command can be: it heartbeats for the
-// component named by its VIGIL_* environment until SIGTERM. With --demo it
-// also obeys demo commands (crash, hang) pushed by `vigil demo`.
+// workerCmd is the runtime a pool command can be. With --demo it is a real
+// asynq worker of the demo jobs (queue.RunWorker), which also obeys the
+// commands `vigil demo` pushes to send a worker into a crash loop. Without
+// it, it only heartbeats for the component named by its VIGIL_*
+// environment until SIGTERM and takes no task: real workers are built with
+// queue.RunWorker (see examples/worker).
 func workerCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("vigil worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	demo := fs.Bool("demo", false, "obey demo commands (crash, hang) sent by vigil demo")
+	demo := fs.Bool("demo", false, "run the demo jobs, and obey demo commands sent by vigil demo")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	env, err := health.LoadWorkerEnv()
+	cfg, err := queue.WorkerConfigFromEnv()
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", env.Component.String())
+	env := cfg.Env
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if !*demo {
+		return heartbeatOnly(ctx, env, log.With("component", env.Component.String()))
+	}
 	rdb, err := redisconn.Open(env.RedisURL)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
-	store := health.NewStore(rdb, env.Prefix, 0)
-	hb := &health.Heartbeater{Store: store, ID: env.Component, PID: os.Getpid(), Host: env.Host,
-		StartedAt: time.Now(), Interval: env.HeartbeatInterval, TTL: env.HeartbeatTTL, Logger: log}
-
-	beatCtx, stopBeating := context.WithCancel(ctx)
-	defer stopBeating()
-	if *demo {
-		if n := demoCrashLoop(ctx, rdb, store.Keys(), env.Component); n > 0 {
-			log.Warn("demo: crash loop, exiting at once", "left", n-1)
-			os.Exit(1)
-		}
-		go demoCommands(beatCtx, rdb, store.Keys(), env.Component, log, stopBeating)
+	keys := health.NewKeys(env.Prefix)
+	if n := demoCrashLoop(ctx, rdb, keys, env.Component); n > 0 {
+		log.Warn("demo: crash loop, exiting at once", "component", env.Component.String(), "left", n-1)
+		os.Exit(1)
 	}
-	// On SIGTERM the heartbeater stops; anything still running gets
-	// VIGIL_SHUTDOWN_TIMEOUT before the process exits anyway.
-	go func() {
-		<-ctx.Done()
-		time.Sleep(env.ShutdownTimeout)
-		log.Error("shutdown timeout: exiting")
-		os.Exit(0)
-	}()
-	err = hb.Run(beatCtx)
+	cmdCtx, stopCmds := context.WithCancel(ctx)
+	defer stopCmds()
+	go demoCommands(cmdCtx, rdb, keys, env.Component, log.With("component", env.Component.String()))
+	cfg.Logger = log
+	return queue.RunWorker(ctx, cfg, demoHandlers(log.With("component", env.Component.String())))
+}
+
+// heartbeatOnly keeps the component's heartbeat until ctx ends.
+func heartbeatOnly(ctx context.Context, env health.WorkerEnv, log *slog.Logger) error {
+	rdb, err := redisconn.Open(env.RedisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	hb := &health.Heartbeater{Store: health.NewStore(rdb, env.Prefix, 0), ID: env.Component, PID: os.Getpid(),
+		Host: env.Host, StartedAt: time.Now(), Interval: env.HeartbeatInterval, TTL: env.HeartbeatTTL, Logger: log}
+	err = hb.Run(ctx)
 	if errors.Is(err, health.ErrStale) {
 		log.Error("exiting: this process is stale", "err", err)
 		return err
-	}
-	if beatCtx.Err() != nil && ctx.Err() == nil {
-		<-ctx.Done() // demo hang: alive but silent until killed
 	}
 	log.Info("worker stopped")
 	return nil
@@ -90,9 +96,9 @@ func demoCrashLoop(ctx context.Context, rdb *redis.Client, k health.Keys, id hea
 	return n + 1
 }
 
-// demoCommands obeys "crash N" (exit with code N) and "hang" (stop
-// heartbeating, stay alive).
-func demoCommands(ctx context.Context, rdb *redis.Client, k health.Keys, id health.ComponentID, log *slog.Logger, hang func()) {
+// demoCommands obeys "crash N" (exit with code N) and "hang" (freeze the
+// whole process: no more heartbeats).
+func demoCommands(ctx context.Context, rdb *redis.Client, k health.Keys, id health.ComponentID, log *slog.Logger) {
 	for ctx.Err() == nil {
 		res, err := rdb.BLPop(ctx, 2*time.Second, demoCmdKey(k, id)).Result()
 		if err != nil || len(res) != 2 {
@@ -105,9 +111,8 @@ func demoCommands(ctx context.Context, rdb *redis.Client, k health.Keys, id heal
 			log.Warn("demo: crashing as told", "exit_code", code)
 			os.Exit(code)
 		case "hang":
-			log.Warn("demo: hanging as told (no more heartbeats)")
-			hang()
-			return
+			log.Warn("demo: hanging as told (the process freezes)")
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		default:
 			log.Warn("demo: unknown command", "cmd", fmt.Sprint(res[1]))
 		}
