@@ -233,3 +233,55 @@ func TestKillToPendingLatency(t *testing.T) {
 		t.Fatalf("worst kill → pending %s", worst)
 	}
 }
+
+// TestPausedPoolStaysReady: while paused, workers stay alive and idle, a
+// worker that crashes is restarted as usual, and no task starts; resumed,
+// the work flows.
+func TestPausedPoolStaysReady(t *testing.T) {
+	e := newQEnv(t)
+	s := e.supervise(pool{workers: 2})
+	w := e.watch()
+	before := s.waitHealthy(w)
+	ctx := context.Background()
+	ctl := queue.NewControl(e.store)
+	if _, err := ctl.PauseAll(ctx, []string{e.q}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.client()
+	var ids []string
+	for range 4 {
+		ids = append(ids, e.enqueue(c, "sleep", "1"))
+	}
+	kill(t, before[0].PID)
+	w.until("the killed worker restarted", waitTimeout, func([]streamEvent) bool {
+		cs := s.healthy()
+		return len(cs) == 2 && !slices.ContainsFunc(cs, func(c health.Component) bool { return c.PID == before[0].PID })
+	})
+	// Two more heartbeats of each worker: alive, idle, and nothing started.
+	mark := map[health.ComponentID]time.Time{}
+	for _, c := range s.healthy() {
+		mark[c.ID] = c.LastHeartbeat
+	}
+	for range 2 {
+		w.until("heartbeats while paused", waitTimeout, func([]streamEvent) bool {
+			for _, c := range s.healthy() {
+				if !c.LastHeartbeat.After(mark[c.ID]) {
+					return false
+				}
+			}
+			for _, c := range s.healthy() {
+				mark[c.ID] = c.LastHeartbeat
+			}
+			return true
+		})
+	}
+	if runs := s.counts("runs"); len(runs) != 0 {
+		t.Fatalf("tasks ran while paused: %v", runs)
+	}
+	if _, err := ctl.ResumeAll(ctx, []string{e.q}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		w.untilJob(id, queue.StateDone)
+	}
+}

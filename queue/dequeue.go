@@ -61,8 +61,10 @@ type dequeueHook struct {
 	onSkip   func()         // tests: called when a dequeue is refused
 	onTry    func(got bool) // tests: called after each dequeue
 	closed   atomic.Bool    // backpressure: refuse dequeues
-	crashes  sync.Map       // task id → crash count read at dequeue
 	warnOnce sync.Once
+
+	mu      sync.Mutex
+	crashes map[string]int // task id → crash count read at dequeue, until the middleware takes it
 }
 
 func newDequeueHook(keys health.Keys, id health.ComponentID, pid int, log *slog.Logger, m *Metrics) *dequeueHook {
@@ -78,13 +80,27 @@ func newDequeueHook(keys health.Keys, id health.ComponentID, pid int, log *slog.
 // ownerOf is the owner field's value for process pid of component id.
 func ownerOf(id health.ComponentID, pid int) string { return id.String() + ":" + strconv.Itoa(pid) }
 
+// maxCrashEntries bounds the crash counts kept for the middleware: a task
+// asynq dequeues but never hands to the handler (its deadline passed)
+// leaves its entry behind.
+const maxCrashEntries = 10_000
+
 // takeCrashes returns the crash count the dequeue of task id read, once.
 func (h *dequeueHook) takeCrashes(id string) (int, bool) {
-	v, ok := h.crashes.LoadAndDelete(id)
-	if !ok {
-		return 0, false
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, ok := h.crashes[id]
+	delete(h.crashes, id)
+	return n, ok
+}
+
+func (h *dequeueHook) putCrashes(id string, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.crashes == nil || len(h.crashes) >= maxCrashEntries {
+		h.crashes = map[string]int{} // the middleware reads the counter itself then
 	}
-	return v.(int), true
+	h.crashes[id] = n
 }
 
 func (h *dequeueHook) DialHook(next redis.DialHook) redis.DialHook {
@@ -149,7 +165,7 @@ func (h *dequeueHook) dequeue(ctx context.Context, c *redis.Cmd, args []any, nex
 	}
 	id, _ := res[1].(string)
 	n, _ := strconv.Atoi(asString(res[2]))
-	h.crashes.Store(id, n)
+	h.putCrashes(id, n)
 	c.SetVal(res[0])
 	return nil
 }

@@ -158,9 +158,6 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	hb := &health.Heartbeater{Store: w.store, ID: w.id, PID: w.pid, Host: w.env.Host,
 		StartedAt: w.clock.Now(), Interval: w.env.HeartbeatInterval, TTL: w.env.HeartbeatTTL,
 		Logger: w.log, Clock: w.clock}
-	if _, err := hb.Beat(ctx); errors.Is(err, health.ErrStale) {
-		return err
-	}
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              w.env.Concurrency,
