@@ -1,0 +1,84 @@
+# Vigil. `make` (or `make help`) lists the targets.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+# staticcheck 2026.2.2: the latest release (checked with
+# `go list -m -versions honnef.co/go/tools`); it runs on Go 1.26.
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK         := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
+
+.PHONY: help run test test-redis build lint clean cgo-check redis-server-check
+
+help: ## list the targets
+	@printf 'Usage: make <target>\n\nTargets:\n'
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+run: ## run the demo: embedded Redis, three pools of demo workers
+	$(GO) run ./cmd/vigil demo
+
+test: cgo-check ## run the default test suite under -race (miniredis, no infrastructure)
+	env -u VIGIL_TEST_REDIS_URL $(GO) test -race -count=1 ./...
+
+test-redis: cgo-check ## run the suite against a real Redis (needs VIGIL_TEST_REDIS_URL)
+	@if [ -z "$${VIGIL_TEST_REDIS_URL:-}" ]; then \
+		echo "make test-redis: VIGIL_TEST_REDIS_URL is not set; name a Redis the tests may write to, e.g." >&2; \
+		echo "  VIGIL_TEST_REDIS_URL=$(EXAMPLE_REDIS_URL) make test-redis" >&2; \
+		echo "(.ci/run starts a private redis-server and does this for you)" >&2; \
+		exit 2; \
+	fi
+	@$(MAKE) redis-server-check
+	@echo "test-redis: using $$VIGIL_TEST_REDIS_URL"
+	VIGIL_TEST_REDIS_URL="$$VIGIL_TEST_REDIS_URL" $(GO) test -race -count=1 -p 1 ./...
+
+build: ## build bin/vigil, stamped with VERSION (git describe, else dev)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/vigil ./cmd/vigil
+
+lint: ## go vet, gofmt and staticcheck
+	$(GO) vet ./...
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then \
+		echo "gofmt: these files need formatting (gofmt -w):" >&2; \
+		echo "$$unformatted" >&2; \
+		exit 1; \
+	fi
+	@if $(STATICCHECK) -version >/dev/null 2>&1; then \
+		echo "$(STATICCHECK) ./..."; \
+		$(STATICCHECK) ./...; \
+	else \
+		echo "lint: skipping staticcheck: honnef.co/go/tools@$(STATICCHECK_VERSION) does not build here (offline, or not for this Go)" >&2; \
+	fi
+
+clean: ## remove build outputs and the test cache
+	rm -rf bin dist
+	$(GO) clean -testcache
+
+# -race needs cgo, and cgo a C compiler: without one, say how to get it.
+cgo-check:
+	@if [ "$$($(GO) env CGO_ENABLED)" != 1 ]; then \
+		echo "go test -race needs cgo, which is off here (no C compiler?)." >&2; \
+		echo "  Debian: apt-get install -y gcc libc6-dev" >&2; \
+		exit 2; \
+	fi
+
+# Some tests of the real-Redis suite start a private redis-server: install
+# Debian's package when it is missing.
+redis-server-check:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+		echo "redis-server not found: installing the Debian package redis-server"; \
+		if ! command -v apt-get >/dev/null 2>&1; then \
+			echo "no apt-get here: install redis-server yourself and run again" >&2; \
+			exit 2; \
+		fi; \
+		sudo=; if [ "$$(id -u)" -ne 0 ]; then sudo=sudo; fi; \
+		$$sudo apt-get update && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server </dev/null; \
+	fi
