@@ -16,7 +16,11 @@ STATICCHECK         := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHEC
 
 EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
 
-.PHONY: help run test test-redis build lint clean cgo-check redis-server-check
+# Redocly CLI 2.x (npm) lints the OpenAPI documents (DESIGN.md §7).
+REDOCLY  ?= npx -y @redocly/cli@2
+FUZZTIME ?= 20s
+
+.PHONY: help run test test-redis build lint openapi fuzz clean cgo-check redis-server-check
 
 help: ## list the targets
 	@printf 'Usage: make <target>\n\nTargets:\n'
@@ -42,7 +46,7 @@ test-redis: cgo-check ## run the suite against a real Redis (needs VIGIL_TEST_RE
 build: ## build bin/vigil, stamped with VERSION (git describe, else dev)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/vigil ./cmd/vigil
 
-lint: ## go vet, gofmt and staticcheck
+lint: ## go vet, gofmt, staticcheck and the OpenAPI lint (Redocly, if npx is here)
 	$(GO) vet ./...
 	@unformatted="$$(gofmt -l .)"; \
 	if [ -n "$$unformatted" ]; then \
@@ -56,6 +60,19 @@ lint: ## go vet, gofmt and staticcheck
 	else \
 		echo "lint: skipping staticcheck: honnef.co/go/tools@$(STATICCHECK_VERSION) does not build here (offline, or not for this Go)" >&2; \
 	fi
+	@if command -v npx >/dev/null 2>&1; then \
+		echo "$(REDOCLY) lint openapi/openapi.yaml openapi/openapi-3.0.yaml"; \
+		$(REDOCLY) lint openapi/openapi.yaml openapi/openapi-3.0.yaml; \
+	else \
+		echo "lint: skipping the OpenAPI lint: npx (Node.js) is not installed" >&2; \
+	fi
+
+openapi: ## regenerate openapi/ (3.1 and 3.0 documents, Go client) from the code
+	$(GO) run ./cmd/vigil openapi --dir openapi
+	$(GO) generate ./openapi/...
+
+fuzz: ## a short run of the admin API fuzzer (FUZZTIME=20s)
+	$(GO) test -run '^$$' -fuzz '^FuzzAPI$$' -fuzztime $(FUZZTIME) ./server/
 
 clean: ## remove build outputs and the test cache
 	rm -rf bin dist
