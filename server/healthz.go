@@ -132,6 +132,16 @@ func (s *server) getHealth(ctx context.Context, _ *struct{}) (*HealthOutput, err
 			r.Reasons = append(r.Reasons, fmt.Sprintf("queue %s has no healthy worker", q))
 		}
 	}
+	hosts, err := s.store.Hosts(ctx)
+	if err != nil {
+		r.Status, r.Reasons = StatusError, []string{"read hosts: " + err.Error()}
+		return &HealthOutput{Body: r}, nil
+	}
+	for _, h := range hosts {
+		if !h.Alive {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("host %s lost (last seen %s)", h.ID, h.SeenAt.UTC().Format(time.RFC3339)))
+		}
+	}
 	if len(r.Reasons) > 0 {
 		r.Status = StatusDegraded
 	}

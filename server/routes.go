@@ -31,6 +31,7 @@ var tags = []*huma.Tag{
 	{Name: "workers", Description: "Supervised worker processes and the operator's actions on them."},
 	{Name: "queues", Description: "Queue statistics and pause/resume."},
 	{Name: "jobs", Description: "Enqueue, look up, retry, cancel and delete jobs."},
+	{Name: "cluster", Description: "Hosts, pool sizes, drain and rolling restarts."},
 	{Name: "session", Description: "The dashboard's session cookie."},
 }
 
@@ -60,6 +61,7 @@ func (s *server) register(api huma.API) {
 	s.registerQueues(api)
 	s.registerJobs(api)
 	s.registerSession(api)
+	s.registerCluster(api)
 }
 
 // withBody caps op's request body at max_body.

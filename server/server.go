@@ -45,6 +45,11 @@ type Config struct {
 	Store *health.Store
 	// Supervisor acts on this host's workers; nil: worker actions answer 404.
 	Supervisor Supervisor
+	// Cluster runs cluster-wide actions (rolling restarts); nil: they
+	// answer 503.
+	Cluster Cluster
+	// MaxPoolSize bounds pool sizes set through the API (default 1000).
+	MaxPoolSize int
 	// Queue is the pause control; nil: queue.NewControl(Store).
 	Queue *queue.Control
 	// Queues are the configured pools' queues; other queues answer 404.
@@ -80,6 +85,7 @@ func (c Config) withDefaults() Config {
 	c.MaxBody = cmp.Or(c.MaxBody, MaxBodyDefault)
 	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
 	c.Version = cmp.Or(c.Version, APIVersion)
+	c.MaxPoolSize = cmp.Or(c.MaxPoolSize, 1000)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

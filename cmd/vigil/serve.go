@@ -105,6 +105,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		Heartbeat:   cfg.HeartbeatConfig(),
 		Policy:      cfg.PolicyConfig(),
 		StopTimeout: time.Duration(cfg.StopTimeout),
+		Lease:       time.Duration(cfg.Lease),
+		Capacity:    cfg.Capacity,
+		Address:     ln.Addr().String(),
+		Version:     version,
+		Stats:       queueStats(store),
 		Recoverer:   queue.NewRecoverer(store, queue.RecovererConfig{Logger: log}),
 		Logger:      log,
 	}, store)
@@ -156,7 +161,7 @@ func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervi
 	h, err := server.New(server.Config{
 		Store: store, Supervisor: sup, Queues: queues, TaskTimeouts: timeouts,
 		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
-		Version: server.APIVersion, Logger: log,
+		Version: server.APIVersion, Logger: log, Cluster: sup, MaxPoolSize: cfg.MaxPoolSize,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("admin server: %w", err)
@@ -187,4 +192,31 @@ func startEmbeddedRedis() (*miniredis.Miniredis, error) {
 		return nil, fmt.Errorf("start embedded redis: %w", err)
 	}
 	return m, nil
+}
+
+// queueStats gives the leader the statistics it announces: each queue's,
+// and the total under "".
+func queueStats(store *health.Store) supervisor.StatsSource {
+	control := queue.NewControl(store)
+	return func(ctx context.Context, queues []string) (map[string]any, error) {
+		cs, err := store.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		live := map[string]int{}
+		for _, c := range cs {
+			if c.Status == health.StatusHealthy {
+				live[c.ID.Queue]++
+			}
+		}
+		per, total, err := control.Stats(ctx, queues, live)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{"": total}
+		for _, st := range per {
+			out[st.Queue] = st
+		}
+		return out, nil
+	}
 }

@@ -16,6 +16,24 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for DrainResultAction.
+const (
+	Drain   DrainResultAction = "drain"
+	Undrain DrainResultAction = "undrain"
+)
+
+// Valid indicates whether the value is a known member of the DrainResultAction enum.
+func (e DrainResultAction) Valid() bool {
+	switch e {
+	case Drain:
+		return true
+	case Undrain:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthReportStatus.
 const (
 	HealthReportStatusDegraded HealthReportStatus = "degraded"
@@ -31,6 +49,24 @@ func (e HealthReportStatus) Valid() bool {
 	case HealthReportStatusError:
 		return true
 	case HealthReportStatusHealthy:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HostStatus.
+const (
+	Alive HostStatus = "alive"
+	Lost  HostStatus = "lost"
+)
+
+// Valid indicates whether the value is a known member of the HostStatus enum.
+func (e HostStatus) Valid() bool {
+	switch e {
+	case Alive:
+		return true
+	case Lost:
 		return true
 	default:
 		return false
@@ -187,6 +223,21 @@ func (e ListJobsParamsState) Valid() bool {
 	}
 }
 
+// DrainResult defines model for DrainResult.
+type DrainResult struct {
+	// Action Example: drain
+	Action DrainResultAction `json:"action"`
+
+	// Host Example: box-1
+	Host string `json:"host"`
+
+	// Message Example: host box-1 drains: its slots move to other hosts
+	Message string `json:"message"`
+}
+
+// DrainResultAction Example: drain
+type DrainResultAction string
+
 // EnqueueRequest defines model for EnqueueRequest.
 type EnqueueRequest struct {
 	// DelaySeconds Run no sooner than this many seconds from now
@@ -293,6 +344,71 @@ type HealthReport struct {
 //
 // Example: degraded
 type HealthReportStatus string
+
+// Host defines model for Host.
+type Host struct {
+	// Address Admin server address
+	//
+	// Example: 127.0.0.1:8080
+	Address *string `json:"address,omitempty"`
+
+	// Capacity Most slots it runs; 0 = no limit
+	Capacity int64 `json:"capacity"`
+
+	// Draining Releasing its slots to other hosts
+	Draining bool `json:"draining"`
+
+	// Hostname Machine name
+	//
+	// Example: box-1.example.net
+	Hostname *string `json:"hostname,omitempty"`
+
+	// Id Host id
+	//
+	// Example: box-1
+	Id string `json:"id"`
+
+	// Instance Random id of the host's current start
+	Instance *string `json:"instance,omitempty"`
+
+	// Leader Runs the cluster-wide chores
+	Leader bool `json:"leader"`
+
+	// Pid Process id of the supervisor
+	//
+	// Example: 4242
+	Pid *int64 `json:"pid,omitempty"`
+
+	// SeenAt Last renewal of its record (Unix ms)
+	SeenAt *int64 `json:"seen_at,omitempty"`
+
+	// Slots Slots it holds
+	Slots int64 `json:"slots"`
+
+	// StartedAt Start of its current instance (Unix ms)
+	StartedAt *int64 `json:"started_at,omitempty"`
+
+	// Status alive while its record's lease holds; lost once it expired
+	//
+	// Example: alive
+	Status HostStatus `json:"status"`
+
+	// Version Vigil version
+	//
+	// Example: v1.0.0
+	Version *string `json:"version,omitempty"`
+}
+
+// HostStatus alive while its record's lease holds; lost once it expired
+//
+// Example: alive
+type HostStatus string
+
+// HostList defines model for HostList.
+type HostList struct {
+	// Hosts Every host seen in the last hour, by id
+	Hosts []Host `json:"hosts"`
+}
 
 // Job defines model for Job.
 type Job struct {
@@ -426,6 +542,36 @@ type PauseResult struct {
 // PauseResultAction Example: pause
 type PauseResultAction string
 
+// Pool defines model for Pool.
+type Pool struct {
+	// Counts Workers of the pool per status
+	//
+	// Example: {"healthy":2}
+	Counts map[string]int64 `json:"counts"`
+
+	// Queue Example: tag
+	Queue string `json:"queue"`
+
+	// Size Desired workers, cluster-wide
+	//
+	// Example: 2
+	Size int64 `json:"size"`
+}
+
+// PoolList defines model for PoolList.
+type PoolList struct {
+	// Pools Every configured pool, by queue
+	Pools []Pool `json:"pools"`
+}
+
+// PoolSizeInputBody defines model for PoolSizeInputBody.
+type PoolSizeInputBody struct {
+	// Size Desired workers, cluster-wide (at most max_pool_size)
+	//
+	// Example: 4
+	Size int64 `json:"size"`
+}
+
 // QueueList defines model for QueueList.
 type QueueList struct {
 	// GlobalPaused Whether the global pause is on
@@ -488,6 +634,20 @@ type Readiness struct {
 	//
 	// Example: ready
 	Status string `json:"status"`
+}
+
+// RolloutResult defines model for RolloutResult.
+type RolloutResult struct {
+	// Message Example: rolling restart of tag started: 2 workers, one at a time
+	Message string `json:"message"`
+
+	// Queue Example: tag
+	Queue string `json:"queue"`
+
+	// Workers Workers the rollout restarts, one at a time
+	//
+	// Example: 2
+	Workers int64 `json:"workers"`
 }
 
 // Session defines model for Session.
@@ -660,6 +820,9 @@ type ResetWorkerParams struct {
 	Restart *bool `form:"restart,omitempty" json:"restart,omitempty"`
 }
 
+// SetPoolSizeJSONRequestBody defines body for SetPoolSize for application/json ContentType.
+type SetPoolSizeJSONRequestBody = PoolSizeInputBody
+
 // EnqueueJobJSONRequestBody defines body for EnqueueJob for application/json ContentType.
 type EnqueueJobJSONRequestBody = EnqueueRequest
 
@@ -747,6 +910,27 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/health (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListHosts List hosts
+	//
+	// Every host of the cluster seen in the last hour: alive or lost, its slots, capacity, drain and leadership.
+	//
+	// Corresponds with GET /api/v1/hosts (the `ListHosts` operationId).
+	ListHosts(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DrainHost Drain a host
+	//
+	// The host releases its slots gracefully (no crash counted) so that other hosts take them over, and claims none; for deploys.
+	//
+	// Corresponds with POST /api/v1/hosts/{host}/drain (the `DrainHost` operationId).
+	DrainHost(ctx context.Context, host string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UndrainHost Undrain a host
+	//
+	// The host claims its share of slots again.
+	//
+	// Corresponds with POST /api/v1/hosts/{host}/undrain (the `UndrainHost` operationId).
+	UndrainHost(ctx context.Context, host string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// DeleteJob Delete a job
 	//
 	// 204 once deleted. 409 for an active job (cancel it first).
@@ -779,6 +963,38 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/pause (the `PauseAll` operationId).
 	PauseAll(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPools List pools
+	//
+	// Each configured pool's cluster-wide size and its workers per status.
+	//
+	// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+	ListPools(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetPoolSizeWithBody Set a pool's size
+	//
+	// Sets the pool's cluster-wide size; hosts grow or shrink it (shrinking by graceful stop) within a third of a lease. It holds until a host starts with a configuration whose pool sizes differ from the last applied ones.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/pools/{queue} (the `SetPoolSize` operationId).
+	SetPoolSizeWithBody(ctx context.Context, queue string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetPoolSize Set a pool's size
+	//
+	// Sets the pool's cluster-wide size; hosts grow or shrink it (shrinking by graceful stop) within a third of a lease. It holds until a host starts with a configuration whose pool sizes differ from the last applied ones.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/pools/{queue} (the `SetPoolSize` operationId).
+	SetPoolSize(ctx context.Context, queue string, body SetPoolSizeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RestartPool Rolling restart of a pool
+	//
+	// Restarts the pool's workers one at a time, cluster-wide, each waiting for the previous one to be healthy (for deploys); failed and held workers are left alone. Answers once the rollout has started.
+	//
+	// Corresponds with POST /api/v1/pools/{queue}/restart (the `RestartPool` operationId).
+	RestartPool(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListQueues List queues
 	//
@@ -935,6 +1151,57 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 	return c.Client.Do(req)
 }
 
+// ListHosts List hosts
+//
+// Every host of the cluster seen in the last hour: alive or lost, its slots, capacity, drain and leadership.
+//
+// Corresponds with GET /api/v1/hosts (the `ListHosts` operationId).
+func (c *Client) ListHosts(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListHostsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DrainHost Drain a host
+//
+// The host releases its slots gracefully (no crash counted) so that other hosts take them over, and claims none; for deploys.
+//
+// Corresponds with POST /api/v1/hosts/{host}/drain (the `DrainHost` operationId).
+func (c *Client) DrainHost(ctx context.Context, host string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDrainHostRequest(c.Server, host)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UndrainHost Undrain a host
+//
+// The host claims its share of slots again.
+//
+// Corresponds with POST /api/v1/hosts/{host}/undrain (the `UndrainHost` operationId).
+func (c *Client) UndrainHost(ctx context.Context, host string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUndrainHostRequest(c.Server, host)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // DeleteJob Delete a job
 //
 // 204 once deleted. 409 for an active job (cancel it first).
@@ -1008,6 +1275,78 @@ func (c *Client) RetryJob(ctx context.Context, queue string, id string, reqEdito
 // Corresponds with POST /api/v1/pause (the `PauseAll` operationId).
 func (c *Client) PauseAll(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPauseAllRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPools List pools
+//
+// Each configured pool's cluster-wide size and its workers per status.
+//
+// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+func (c *Client) ListPools(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPoolsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetPoolSizeWithBody Set a pool's size
+//
+// Sets the pool's cluster-wide size; hosts grow or shrink it (shrinking by graceful stop) within a third of a lease. It holds until a host starts with a configuration whose pool sizes differ from the last applied ones.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/pools/{queue} (the `SetPoolSize` operationId).
+func (c *Client) SetPoolSizeWithBody(ctx context.Context, queue string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetPoolSizeRequestWithBody(c.Server, queue, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetPoolSize Set a pool's size
+//
+// Sets the pool's cluster-wide size; hosts grow or shrink it (shrinking by graceful stop) within a third of a lease. It holds until a host starts with a configuration whose pool sizes differ from the last applied ones.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/pools/{queue} (the `SetPoolSize` operationId).
+func (c *Client) SetPoolSize(ctx context.Context, queue string, body SetPoolSizeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetPoolSizeRequest(c.Server, queue, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RestartPool Rolling restart of a pool
+//
+// Restarts the pool's workers one at a time, cluster-wide, each waiting for the previous one to be healthy (for deploys); failed and held workers are left alone. Answers once the rollout has started.
+//
+// Corresponds with POST /api/v1/pools/{queue}/restart (the `RestartPool` operationId).
+func (c *Client) RestartPool(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestartPoolRequest(c.Server, queue)
 	if err != nil {
 		return nil, err
 	}
@@ -1372,6 +1711,101 @@ func NewGetHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListHostsRequest constructs an http.Request for the ListHosts method
+func NewListHostsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/hosts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDrainHostRequest constructs an http.Request for the DrainHost method
+func NewDrainHostRequest(server string, host string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "host", host, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/hosts/%s/drain", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUndrainHostRequest constructs an http.Request for the UndrainHost method
+func NewUndrainHostRequest(server string, host string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "host", host, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/hosts/%s/undrain", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewDeleteJobRequest constructs an http.Request for the DeleteJob method
 func NewDeleteJobRequest(server string, queue string, id string) (*http.Request, error) {
 	var err error
@@ -1546,6 +1980,114 @@ func NewPauseAllRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/pause")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListPoolsRequest constructs an http.Request for the ListPools method
+func NewListPoolsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetPoolSizeRequest calls the generic SetPoolSize builder with application/json body
+func NewSetPoolSizeRequest(server string, queue string, body SetPoolSizeJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetPoolSizeRequestWithBody(server, queue, "application/json", bodyReader)
+}
+
+// NewSetPoolSizeRequestWithBody constructs an http.Request for the SetPoolSize method, with any body, and a specified content type
+func NewSetPoolSizeRequestWithBody(server string, queue string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "queue", queue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRestartPoolRequest constructs an http.Request for the RestartPool method
+func NewRestartPoolRequest(server string, queue string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "queue", queue, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/pools/%s/restart", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -2249,6 +2791,33 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/health (the `GetHealth` operationId).
 	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
 
+	// ListHostsWithResponse List hosts
+	//
+	// Every host of the cluster seen in the last hour: alive or lost, its slots, capacity, drain and leadership.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/hosts (the `ListHosts` operationId).
+	ListHostsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHostsResponse, error)
+
+	// DrainHostWithResponse Drain a host
+	//
+	// The host releases its slots gracefully (no crash counted) so that other hosts take them over, and claims none; for deploys.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/hosts/{host}/drain (the `DrainHost` operationId).
+	DrainHostWithResponse(ctx context.Context, host string, reqEditors ...RequestEditorFn) (*DrainHostResponse, error)
+
+	// UndrainHostWithResponse Undrain a host
+	//
+	// The host claims its share of slots again.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/hosts/{host}/undrain (the `UndrainHost` operationId).
+	UndrainHostWithResponse(ctx context.Context, host string, reqEditors ...RequestEditorFn) (*UndrainHostResponse, error)
+
 	// DeleteJobWithResponse Delete a job
 	//
 	// 204 once deleted. 409 for an active job (cancel it first).
@@ -2291,6 +2860,42 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/pause (the `PauseAll` operationId).
 	PauseAllWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*PauseAllResponse, error)
+
+	// ListPoolsWithResponse List pools
+	//
+	// Each configured pool's cluster-wide size and its workers per status.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+	ListPoolsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPoolsResponse, error)
+
+	// SetPoolSizeWithBodyWithResponse Set a pool's size
+	//
+	// Sets the pool's cluster-wide size; hosts grow or shrink it (shrinking by graceful stop) within a third of a lease. It holds until a host starts with a configuration whose pool sizes differ from the last applied ones.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/pools/{queue} (the `SetPoolSize` operationId).
+	SetPoolSizeWithBodyWithResponse(ctx context.Context, queue string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetPoolSizeResponse, error)
+
+	// SetPoolSizeWithResponse Set a pool's size
+	//
+	// Sets the pool's cluster-wide size; hosts grow or shrink it (shrinking by graceful stop) within a third of a lease. It holds until a host starts with a configuration whose pool sizes differ from the last applied ones.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/pools/{queue} (the `SetPoolSize` operationId).
+	SetPoolSizeWithResponse(ctx context.Context, queue string, body SetPoolSizeJSONRequestBody, reqEditors ...RequestEditorFn) (*SetPoolSizeResponse, error)
+
+	// RestartPoolWithResponse Rolling restart of a pool
+	//
+	// Restarts the pool's workers one at a time, cluster-wide, each waiting for the previous one to be healthy (for deploys); failed and held workers are left alone. Answers once the rollout has started.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/pools/{queue}/restart (the `RestartPool` operationId).
+	RestartPoolWithResponse(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*RestartPoolResponse, error)
 
 	// ListQueuesWithResponse List queues
 	//
@@ -2516,6 +3121,220 @@ func (r GetHealthResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetHealthResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListHostsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HostList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListHostsResponse) GetJSON200() *HostList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListHostsResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListHostsResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListHostsResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListHostsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListHostsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListHostsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListHostsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DrainHostResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DrainResult
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DrainHostResponse) GetJSON200() *DrainResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DrainHostResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DrainHostResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DrainHostResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DrainHostResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DrainHostResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r DrainHostResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DrainHostResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DrainHostResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DrainHostResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UndrainHostResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DrainResult
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UndrainHostResponse) GetJSON200() *DrainResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UndrainHostResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UndrainHostResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UndrainHostResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UndrainHostResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r UndrainHostResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r UndrainHostResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UndrainHostResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UndrainHostResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UndrainHostResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2896,6 +3715,248 @@ func (r PauseAllResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PauseAllResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListPoolsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PoolList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPoolsResponse) GetJSON200() *PoolList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListPoolsResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListPoolsResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListPoolsResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPoolsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPoolsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPoolsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPoolsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetPoolSizeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Pool
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetPoolSizeResponse) GetJSON200() *Pool {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r SetPoolSizeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetPoolSizeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetPoolSizeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetPoolSizeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RestartPoolResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RolloutResult
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RestartPoolResponse) GetJSON200() *RolloutResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RestartPoolResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RestartPoolResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RestartPoolResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RestartPoolResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RestartPoolResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RestartPoolResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RestartPoolResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RestartPoolResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RestartPoolResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RestartPoolResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4188,6 +5249,51 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 	return ParseGetHealthResponse(rsp)
 }
 
+// ListHostsWithResponse List hosts
+//
+// Every host of the cluster seen in the last hour: alive or lost, its slots, capacity, drain and leadership.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/hosts (the `ListHosts` operationId).
+func (c *ClientWithResponses) ListHostsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListHostsResponse, error) {
+	rsp, err := c.ListHosts(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListHostsResponse(rsp)
+}
+
+// DrainHostWithResponse Drain a host
+//
+// The host releases its slots gracefully (no crash counted) so that other hosts take them over, and claims none; for deploys.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/hosts/{host}/drain (the `DrainHost` operationId).
+func (c *ClientWithResponses) DrainHostWithResponse(ctx context.Context, host string, reqEditors ...RequestEditorFn) (*DrainHostResponse, error) {
+	rsp, err := c.DrainHost(ctx, host, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDrainHostResponse(rsp)
+}
+
+// UndrainHostWithResponse Undrain a host
+//
+// The host claims its share of slots again.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/hosts/{host}/undrain (the `UndrainHost` operationId).
+func (c *ClientWithResponses) UndrainHostWithResponse(ctx context.Context, host string, reqEditors ...RequestEditorFn) (*UndrainHostResponse, error) {
+	rsp, err := c.UndrainHost(ctx, host, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUndrainHostResponse(rsp)
+}
+
 // DeleteJobWithResponse Delete a job
 //
 // 204 once deleted. 409 for an active job (cancel it first).
@@ -4259,6 +5365,66 @@ func (c *ClientWithResponses) PauseAllWithResponse(ctx context.Context, reqEdito
 		return nil, err
 	}
 	return ParsePauseAllResponse(rsp)
+}
+
+// ListPoolsWithResponse List pools
+//
+// Each configured pool's cluster-wide size and its workers per status.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/pools (the `ListPools` operationId).
+func (c *ClientWithResponses) ListPoolsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPoolsResponse, error) {
+	rsp, err := c.ListPools(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPoolsResponse(rsp)
+}
+
+// SetPoolSizeWithBodyWithResponse Set a pool's size
+//
+// Sets the pool's cluster-wide size; hosts grow or shrink it (shrinking by graceful stop) within a third of a lease. It holds until a host starts with a configuration whose pool sizes differ from the last applied ones.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/pools/{queue} (the `SetPoolSize` operationId).
+func (c *ClientWithResponses) SetPoolSizeWithBodyWithResponse(ctx context.Context, queue string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetPoolSizeResponse, error) {
+	rsp, err := c.SetPoolSizeWithBody(ctx, queue, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetPoolSizeResponse(rsp)
+}
+
+// SetPoolSizeWithResponse Set a pool's size
+//
+// Sets the pool's cluster-wide size; hosts grow or shrink it (shrinking by graceful stop) within a third of a lease. It holds until a host starts with a configuration whose pool sizes differ from the last applied ones.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/pools/{queue} (the `SetPoolSize` operationId).
+func (c *ClientWithResponses) SetPoolSizeWithResponse(ctx context.Context, queue string, body SetPoolSizeJSONRequestBody, reqEditors ...RequestEditorFn) (*SetPoolSizeResponse, error) {
+	rsp, err := c.SetPoolSize(ctx, queue, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetPoolSizeResponse(rsp)
+}
+
+// RestartPoolWithResponse Rolling restart of a pool
+//
+// Restarts the pool's workers one at a time, cluster-wide, each waiting for the previous one to be healthy (for deploys); failed and held workers are left alone. Answers once the rollout has started.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/pools/{queue}/restart (the `RestartPool` operationId).
+func (c *ClientWithResponses) RestartPoolWithResponse(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*RestartPoolResponse, error) {
+	rsp, err := c.RestartPool(ctx, queue, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRestartPoolResponse(rsp)
 }
 
 // ListQueuesWithResponse List queues
@@ -4589,6 +5755,175 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 	return response, nil
 }
 
+// ParseListHostsResponse parses an HTTP response from a ListHostsWithResponse call
+func ParseListHostsResponse(rsp *http.Response) (*ListHostsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListHostsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HostList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDrainHostResponse parses an HTTP response from a DrainHostWithResponse call
+func ParseDrainHostResponse(rsp *http.Response) (*DrainHostResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DrainHostResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DrainResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUndrainHostResponse parses an HTTP response from a UndrainHostWithResponse call
+func ParseUndrainHostResponse(rsp *http.Response) (*UndrainHostResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UndrainHostResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DrainResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseDeleteJobResponse parses an HTTP response from a DeleteJobWithResponse call
 func ParseDeleteJobResponse(rsp *http.Response) (*DeleteJobResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -4891,6 +6226,203 @@ func ParsePauseAllResponse(rsp *http.Response) (*PauseAllResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListPoolsResponse parses an HTTP response from a ListPoolsWithResponse call
+func ParseListPoolsResponse(rsp *http.Response) (*ListPoolsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPoolsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PoolList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetPoolSizeResponse parses an HTTP response from a SetPoolSizeWithResponse call
+func ParseSetPoolSizeResponse(rsp *http.Response) (*SetPoolSizeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetPoolSizeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Pool
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRestartPoolResponse parses an HTTP response from a RestartPoolWithResponse call
+func ParseRestartPoolResponse(rsp *http.Response) (*RestartPoolResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RestartPoolResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RolloutResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
