@@ -22,6 +22,10 @@ func asynqPausedKey(q string) string   { return asynqQueuePrefix(q) + "paused" }
 func asynqTaskPrefix(q string) string  { return asynqQueuePrefix(q) + "t:" }
 func asynqTaskKey(q, id string) string { return asynqTaskPrefix(q) + id }
 
+// asynqDefaultMaxRetry is the MaxRetry asynq gives a task enqueued without
+// one.
+const asynqDefaultMaxRetry = 25
+
 // ownerField is the field Vigil adds to asynq's task hash when a worker
 // dequeues the task: "<component>:<pid>" of the process that holds it (see
 // dequeue.go). No asynq script reads, writes or deletes fields it does not

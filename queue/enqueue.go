@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,31 +67,87 @@ func NewClient(store *health.Store, cfg ClientConfig) *Client {
 // unknown queue (ErrUnknownQueue), a payload over the limit
 // (ErrPayloadTooLarge), a negative ProcessIn (ErrNegativeDelay), a
 // missing type, a queue option naming another queue or a TaskID unfit for
-// a topic (ErrInvalidTask). Options given to asynq.NewTask travel inside
-// the task and are not checked; the queue is always q.
+// a topic (ErrInvalidTask), and a TaskID in use (asynq.ErrTaskIDConflict).
+// Options given to asynq.NewTask travel inside the task and are not
+// checked; the queue is always q.
+//
+// The created event is written before the task is enqueued, so that no
+// worker's processing event can precede it in the stream; if asynq then
+// refuses the task (a Unique duplicate, a race on a TaskID, Redis), an
+// error event with the code NOT_ENQUEUED follows it.
 func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts ...asynq.Option) (*asynq.TaskInfo, error) {
 	if err := c.check(q, task, opts); err != nil {
 		return nil, err
+	}
+	id, given := optValue[string](opts, asynq.TaskIDOpt)
+	if !given {
+		id = newTaskID()
+		opts = append(opts, asynq.TaskID(id))
+	} else if n, err := c.store.Client().Exists(ctx, asynqTaskKey(q, id)).Result(); err != nil || n > 0 {
+		if err == nil {
+			err = asynq.ErrTaskIDConflict
+		}
+		return nil, fmt.Errorf("enqueue %s task %s to %s: %w", task.Type(), id, q, err)
 	}
 	if d, ok := c.cfg.TaskTimeouts[q]; ok && d > 0 && !hasOpt(opts, asynq.TimeoutOpt, asynq.DeadlineOpt) {
 		opts = append(opts, asynq.Timeout(d))
 	}
 	opts = append(opts, asynq.Queue(q))
+
+	now := c.cfg.Clock.Now()
+	ev := JobEvent{Queue: q, ID: id, Type: task.Type(), State: StateCreated, MaxRetry: asynqDefaultMaxRetry}
+	if n, ok := optValue[int](opts, asynq.MaxRetryOpt); ok {
+		ev.MaxRetry = max(n, 0)
+	}
+	if d, ok := optValue[time.Duration](opts, asynq.ProcessInOpt); ok && d > 0 {
+		ev.ProcessAt = now.Add(d).UnixMilli()
+	}
+	if at, ok := optValue[time.Time](opts, asynq.ProcessAtOpt); ok && at.After(now) {
+		ev.ProcessAt = at.UnixMilli()
+	}
+	if err := c.announce(ctx, now, ev); err != nil {
+		return nil, fmt.Errorf("enqueue %s task to %s: announce it: %w", task.Type(), q, err)
+	}
 	info, err := c.c.EnqueueContext(ctx, task, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("enqueue %s task to %s: %w", task.Type(), q, err)
-	}
-	ev := JobEvent{Queue: q, ID: info.ID, Type: info.Type, State: StateCreated, MaxRetry: info.MaxRetry}
-	if info.State == asynq.TaskStateScheduled {
-		ev.ProcessAt = info.NextProcessAt.UnixMilli()
-	}
-	pipe := c.store.Client().Pipeline()
-	jobEvents(ctx, c.store, pipe, c.cfg.Clock.Now(), ev)
-	if _, err := pipe.Exec(ctx); err != nil {
-		// The task is enqueued: only the notification is lost.
-		c.cfg.Logger.Warn("announce enqueued task", "queue", q, "task", info.ID, "err", err)
+		err = fmt.Errorf("enqueue %s task to %s: %w", task.Type(), q, err)
+		ev.State, ev.Code, ev.Error, ev.Final = StateError, CodeNotEnqueued, err.Error(), true
+		if aerr := c.announce(context.WithoutCancel(ctx), c.cfg.Clock.Now(), ev); aerr != nil {
+			c.cfg.Logger.Warn("announce a task not enqueued", "queue", q, "task", id, "err", aerr)
+		}
+		return nil, err
 	}
 	return info, nil
+}
+
+func (c *Client) announce(ctx context.Context, at time.Time, ev JobEvent) error {
+	pipe := c.store.Client().Pipeline()
+	jobEvents(ctx, c.store, pipe, at, ev)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// optValue returns the value of the last option of type t in opts (asynq
+// applies them in order), if any.
+func optValue[T any](opts []asynq.Option, t asynq.OptionType) (v T, ok bool) {
+	for _, o := range opts {
+		if o != nil && o.Type() == t {
+			if x, isT := o.Value().(T); isT {
+				v, ok = x, true
+			}
+		}
+	}
+	return v, ok
+}
+
+// newTaskID returns a random (version 4) UUID, as asynq would give.
+func newTaskID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 func (c *Client) check(q string, task *asynq.Task, opts []asynq.Option) error {

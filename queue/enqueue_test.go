@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,17 +81,46 @@ func TestEnqueueKeepsAsynqOptions(t *testing.T) {
 		t.Fatalf("pool timeout not applied: %s", info.Timeout)
 	}
 	ev := w.untilJob("job-1", queue.StateCreated)
-	if ev.ProcessAt != info.NextProcessAt.UnixMilli() || ev.MaxRetry != 3 || ev.Type != "t" {
-		t.Fatalf("created event %+v", ev)
+	if d := ev.ProcessAt - info.NextProcessAt.UnixMilli(); d < -1000 || d > 1000 || ev.MaxRetry != 3 || ev.Type != "t" {
+		t.Fatalf("created event %+v, task due at %s", ev, info.NextProcessAt)
 	}
-	// Unique holds: the same task again is a duplicate, and says so.
+	// The same TaskID again: refused before anything is written.
+	w = e.watch()
+	if _, err := c.Enqueue(ctx, e.q, asynq.NewTask("t", []byte("other")), asynq.TaskID("job-1")); !errors.Is(err, asynq.ErrTaskIDConflict) || !queue.IsDuplicate(err) {
+		t.Fatalf("TaskID reused: %v", err)
+	}
+	if news := w.next(0); len(news) != 0 {
+		t.Fatalf("events for a refused TaskID: %+v", news)
+	}
+	// Unique holds: the same task again is a duplicate, and says so; its
+	// announcement is followed by NOT_ENQUEUED.
 	_, err = c.Enqueue(ctx, e.q, asynq.NewTask("t", []byte("p")), asynq.Unique(time.Hour))
 	if !queue.IsDuplicate(err) {
 		t.Fatalf("duplicate enqueue: %v", err)
 	}
-	// A timeout given by the caller wins over the pool's.
+	var dup []queue.JobState
+	for _, se := range w.next(0) {
+		if se.ev.Topic != queue.TopicJobs {
+			dup = append(dup, se.job.State)
+			if se.job.State == queue.StateError && (se.job.Code != queue.CodeNotEnqueued || !se.job.Final) {
+				t.Fatalf("event of the refused duplicate %+v", se.job)
+			}
+		}
+	}
+	if !slices.Equal(dup, []queue.JobState{queue.StateCreated, queue.StateError}) {
+		t.Fatalf("events of the refused duplicate: %v", dup)
+	}
+	if info, _ := e.insp.GetQueueInfo(e.q); info.Size != 1 {
+		t.Fatalf("queue holds %d tasks, want 1", info.Size)
+	}
+	// A timeout given by the caller wins over the pool's; asynq's default
+	// MaxRetry is the one the created event names.
+	w = e.watch()
 	info, err = c.Enqueue(ctx, e.q, asynq.NewTask("t", []byte("q")), asynq.Timeout(time.Second))
-	if err != nil || info.Timeout != time.Second {
+	if err != nil || info.Timeout != time.Second || info.MaxRetry != 25 {
 		t.Fatalf("caller timeout: %+v, %v", info, err)
+	}
+	if ev := w.untilJob(info.ID, queue.StateCreated); ev.MaxRetry != info.MaxRetry || ev.ProcessAt != 0 {
+		t.Fatalf("created event %+v", ev)
 	}
 }

@@ -42,6 +42,7 @@ const (
 	CodeNonRetryable     = "NON_RETRYABLE"
 	CodeNoHandler        = "NO_HANDLER"
 	CodeRevoked          = "REVOKED"
+	CodeNotEnqueued      = "NOT_ENQUEUED" // the created event of a task asynq then refused
 )
 
 // JobEvent is the payload (Event.Data) of a job_update event.
