@@ -143,14 +143,3 @@ func kill(tb testing.TB, pid int) {
 		tb.Fatalf("kill %d: %v", pid, err)
 	}
 }
-
-// jobStates lists the states of task id's events among seen.
-func jobStates(q, id string, seen []streamEvent) []queue.JobState {
-	var out []queue.JobState
-	for _, se := range seen {
-		if se.ev.Topic == queue.JobTopic(q, id) {
-			out = append(out, se.job.State)
-		}
-	}
-	return out
-}
