@@ -58,7 +58,7 @@ func newHarness(tb testing.TB, s setup) *harness {
 	}
 	if s.workers > 0 {
 		h.startSupervisor(s)
-		h.cfg.Supervisor = h.sup
+		h.cfg.Supervisor, h.cfg.Cluster = h.sup, h.sup
 	}
 	if s.cfg != nil {
 		s.cfg(&h.cfg)
@@ -83,6 +83,7 @@ func (h *harness) startSupervisor(s setup) {
 		Heartbeat:   supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: 3 * time.Second, StartTimeout: 10 * time.Second},
 		Policy:      policy.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxInWindow: 2, Window: time.Minute},
 		StopTimeout: 2 * time.Second,
+		Lease:       1500 * time.Millisecond, // cluster ticks every 0.5 s
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, h.store)
 	if err != nil {
@@ -322,4 +323,15 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+type httpRec = httptest.ResponseRecorder
+
+// waitNextEvent blocks until a new entry reaches the event stream.
+func (h *harness) waitNextEvent() {
+	h.tb.Helper()
+	c := ctx(h.tb)
+	if _, err := h.redis.Client.XRead(c, &redis.XReadArgs{Streams: []string{h.store.Keys().Events(), "$"}, Block: 5 * time.Second, Count: 1}).Result(); err != nil && !errors.Is(err, redis.Nil) {
+		h.tb.Fatalf("wait for an event: %v", err)
+	}
 }
