@@ -154,15 +154,22 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	ev := w.event(j, StateDone)
 	ev.DurationMS = dur.Milliseconds()
 	ret := err
-	aborted := err != nil && w.shuttingDown.Load() && errors.Is(ctx.Err(), context.Canceled)
+	// During a shutdown, a task whose context asynq cancelled is one it gave
+	// up on and put back, whatever the handler answered (a normal outcome
+	// is written before asynq cancels). A cancel or a lost lease in those
+	// same seconds is reported as an abort too: asynq retries those.
+	aborted := w.shuttingDown.Load() && errors.Is(ctx.Err(), context.Canceled)
+	ok := err == nil && !aborted
 	switch {
-	case err == nil:
-		w.metrics.JobsDone.Add(1)
 	case aborted:
-		// asynq's shutdown gave up on the task and put it back.
-		ev.State, ev.Error = StateAbortedShutdown, err.Error()
+		ev.State = StateAbortedShutdown
+		if err != nil {
+			ev.Error = err.Error()
+		}
 		w.metrics.AbortedOnShutdown.Add(1)
 		w.log.Warn("task aborted by shutdown: requeued", "task", j.id, "type", j.typ, "ran", dur)
+	case err == nil:
+		w.metrics.JobsDone.Add(1)
 	default:
 		ret = classify(j, err)
 		ev.State, ev.Error = StateError, err.Error()
@@ -178,11 +185,11 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 		w.log.Warn("task failed", "task", j.id, "type", j.typ, "retried", j.retried, "max_retry", j.maxRetry,
 			"code", ev.Code, "err", err)
 	}
-	w.cleanScratch(j, scratch, err == nil)
+	w.cleanScratch(j, scratch, ok)
 	keys := w.store.Keys()
 	w.write(ctx, j, string(ev.State), func(ctx context.Context, pipe redis.Pipeliner) {
 		pipe.HDel(ctx, keys.Running(w.id), j.id)
-		if err == nil {
+		if ok {
 			// Loaded at start; after a Redis restart lost it, the first
 			// failure reloads it (that one duration is lost).
 			avgScript.EvalSha(ctx, pipe, []string{keys.QueueStats(w.q)}, dur.Seconds()*1000, avgWeight)
