@@ -181,7 +181,7 @@ func TestKillsLoseNoJob(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d jobs through 4 workers × 2 in %s with %d SIGKILLs: %d tasks requeued at once, %d completed more than once (their worker was killed after the handler finished or mid-run), 0 lost, 0 run twice at once",
+	t.Logf("%d jobs through 4 workers × 2 in %s with %d SIGKILLs: %d tasks requeued at once, %d completed more than once (killed after the handler finished, before asynq recorded it), 0 lost, 0 run twice at once",
 		n, elapsed.Round(time.Millisecond), kills, len(requeued), repeated)
 }
 
