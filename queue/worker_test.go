@@ -45,6 +45,12 @@ func TestNormalJobEventOrder(t *testing.T) {
 	w := e.watch()
 	id := e.enqueue(e.client(), "steps", "")
 	w.untilJob(id, done)
+	// The copy on queue:jobs is the next entry of the same round trip.
+	w.until("done on queue:jobs", waitTimeout, func(seen []streamEvent) bool {
+		return slices.ContainsFunc(seen, func(se streamEvent) bool {
+			return se.ev.Topic == queue.TopicJobs && se.job.ID == id && se.job.State == done
+		})
+	})
 	want := states(created, processing, progress, progress, progress, done)
 	if got := e.states(id); !slices.Equal(got, want) {
 		t.Fatalf("events of %s: %v, want %v", id, got, want)
