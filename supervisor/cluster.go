@@ -40,6 +40,7 @@ type clusterState struct {
 	freeSeen  bool              // free slots were left at the previous tick
 	lastStats map[string]string // leader: last announced queue stats
 	tick      func() bool       // stops the tick timer
+	early     time.Duration     // next tick sooner than a third of a lease
 }
 
 // joinCluster registers this host (DESIGN.md §11): a live record with this
@@ -174,9 +175,14 @@ func (s *Supervisor) armTick() {
 	if s.cluster.tick != nil {
 		s.cluster.tick()
 	}
+	d := s.cfg.Lease / 3
+	if s.cluster.early > 0 && s.cluster.early < d {
+		d = s.cluster.early // a lost host's lease expires before the next tick
+	}
+	s.cluster.early = 0
 	// Leases expire on Redis's clock, so ticks follow real time whatever
 	// clock the rest of the supervisor uses.
-	t := time.AfterFunc(s.cfg.Lease/3, func() {
+	t := time.AfterFunc(d, func() {
 		select {
 		case s.ticks <- struct{}{}:
 		default:
@@ -277,10 +283,18 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 		if err != nil {
 			return err
 		}
-		var free []int
+		var free, foreign []int
 		for i, h := range holders {
-			if h == "" || (h != s.cluster.me && strings.HasPrefix(h, s.cluster.takeover)) {
+			switch {
+			case h == "" || (h != s.cluster.me && strings.HasPrefix(h, s.cluster.takeover)):
 				free = append(free, i)
+			case h != s.cluster.me:
+				foreign = append(foreign, i)
+			}
+		}
+		if len(foreign) > 0 {
+			if err := s.watchExpiring(ctx, lk, foreign); err != nil {
+				return err
 			}
 		}
 		// Start at a host-specific offset so that hosts starting together
@@ -331,6 +345,32 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 		return err
 	}
 	return s.leaderTick(ctx, hosts, control)
+}
+
+// watchExpiring looks at the leases other hosts hold: a live holder renews
+// every third of a lease, so a lease with less than half a lease left has
+// missed a renewal — its host is likely gone. The next tick is then armed
+// for just after it expires (and after the host's record, written a moment
+// after its leases, does), so that the slot is taken over at once rather
+// than up to a third of a lease later.
+func (s *Supervisor) watchExpiring(ctx context.Context, keys []string, idx []int) error {
+	pipe := s.store.Client().Pipeline()
+	cmds := make([]*redis.DurationCmd, len(idx))
+	for j, i := range idx {
+		cmds[j] = pipe.PTTL(ctx, keys[i])
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("read lease expiries: %w", err)
+	}
+	for _, c := range cmds {
+		if ttl := c.Val(); ttl > 0 && ttl < s.cfg.Lease/2 {
+			d := ttl + 50*time.Millisecond
+			if s.cluster.early == 0 || d < s.cluster.early {
+				s.cluster.early = d
+			}
+		}
+	}
+	return nil
 }
 
 // holding counts the slots this host holds and keeps.
