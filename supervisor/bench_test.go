@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -219,5 +220,100 @@ func BenchmarkFailover(b *testing.B) {
 			}
 			reportPercentiles(b, lat)
 		})
+	}
+}
+
+// BenchmarkSupervise1000 (P4) runs 1,000 heartbeating workers (1 s
+// interval, the default 30 s TTL) under a supervisor in a process of its own
+// and measures, over a 20 s window once all are healthy: the supervisor's
+// CPU (% of one core), its resident memory, and Redis commands per
+// heartbeat. Each heartbeat is one EVALSHA round trip by its worker; the
+// supervisor adds one pipelined deadline check per worker per TTL.
+func BenchmarkSupervise1000(b *testing.B) {
+	env := testredis.NewReal(b)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	const n = 1000
+	const window = 20 * time.Second
+	cmd := exec.Command(testSupervisor, "-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
+		"-workers", strconv.Itoa(n), "-host", "p4", "-interval", "1s", "-ttl", "30s", "-cluster")
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
+		b.Fatalf("supervisor: %q", line)
+	}
+	for _, id := range ids("q", n) {
+		waitForWithin(b, store, id, isStatus(health.StatusHealthy), time.Minute)
+	}
+	ctx := context.Background()
+	stats := func() map[string]int64 {
+		info, err := env.Client.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+			if !ok {
+				continue
+			}
+			calls, _, _ := strings.Cut(rest, ",")
+			out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(calls, 10, 64)
+		}
+		return out
+	}
+	cpu := func() time.Duration {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
+		if err != nil {
+			b.Fatal(err)
+		}
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	}
+	b.ResetTimer()
+	for range b.N {
+		s0, c0, t0 := stats(), cpu(), time.Now()
+		<-time.After(window) // the measurement window itself
+		s1, c1, el := stats(), cpu(), time.Since(t0)
+		var total int64
+		for k, v := range s1 {
+			if k != "info" {
+				total += v - s0[k]
+			}
+		}
+		beats := s1["evalsha"] - s0["evalsha"] + s1["eval"] - s0["eval"]
+		status, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status")
+		var rss string
+		for _, l := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				rss = strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:"))
+			}
+		}
+		var names []string
+		for k := range s1 {
+			if s1[k]-s0[k] > 0 {
+				names = append(names, k)
+			}
+		}
+		slices.SortFunc(names, func(x, y string) int { return int((s1[y] - s0[y]) - (s1[x] - s0[x])) })
+		var top []string
+		for _, k := range names[:min(8, len(names))] {
+			top = append(top, fmt.Sprintf("%s=%d", k, s1[k]-s0[k]))
+		}
+		b.Logf("commands in the window (script-internal calls included): %s", strings.Join(top, " "))
+		cpuPct := 100 * float64(c1-c0) / float64(el)
+		b.ReportMetric(cpuPct, "cpu-%")
+		b.ReportMetric(float64(total)/float64(max(beats, 1)), "cmds/beat")
+		b.ReportMetric(float64(beats)/el.Seconds(), "beats/s")
+		b.ReportMetric(0, "ns/op")
+		b.Logf("%d workers, %s window: supervisor CPU %.2f%% of one core, RSS %s; %d heartbeats (%.0f/s), %d Redis commands in all (%.2f per heartbeat)",
+			n, el.Round(time.Millisecond), cpuPct, rss, beats, float64(beats)/el.Seconds(), total, float64(total)/float64(max(beats, 1)))
 	}
 }

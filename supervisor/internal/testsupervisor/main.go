@@ -2,7 +2,7 @@
 // supervisor tests that SIGKILL a supervisor and check that its children
 // do not outlive it (DESIGN.md §4.1, §4.6).
 //
-//	testsupervisor -redis URL -prefix P -worker PATH [-workers N] [-stop-timeout D] [-host H -lease D -cluster]
+//	testsupervisor -redis URL -prefix P -worker PATH [-workers N] [-stop-timeout D] [-host H -lease D -interval D -ttl D -cluster]
 //
 // It runs N workers of queue q, each `PATH beat`, prints "pids <p1> <p2> …"
 // on stdout once every one is healthy, and runs until SIGTERM or SIGINT.
@@ -36,15 +36,18 @@ func main() {
 	stopTimeout := flag.Duration("stop-timeout", 2*time.Second, "stop_timeout")
 	host := flag.String("host", "orphan", "host id")
 	lease := flag.Duration("lease", 0, "slot lease (0 = default)")
+	interval := flag.Duration("interval", 100*time.Millisecond, "heartbeat interval")
+	ttl := flag.Duration("ttl", time.Second, "heartbeat TTL")
 	cluster := flag.Bool("cluster", false, "cluster member: print \"started\" once running instead of waiting for every worker")
 	flag.Parse()
-	if err := run(*url, *prefix, *worker, *host, *n, *stopTimeout, *lease, *cluster); err != nil {
+	hb := supervisor.Heartbeat{Interval: *interval, TTL: *ttl}
+	if err := run(*url, *prefix, *worker, *host, *n, *stopTimeout, *lease, hb, *cluster); err != nil {
 		fmt.Fprintln(os.Stderr, "testsupervisor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, prefix, worker, host string, n int, stopTimeout, lease time.Duration, cluster bool) error {
+func run(url, prefix, worker, host string, n int, stopTimeout, lease time.Duration, hb supervisor.Heartbeat, cluster bool) error {
 	rdb, err := redisconn.Open(url)
 	if err != nil {
 		return err
@@ -54,7 +57,7 @@ func run(url, prefix, worker, host string, n int, stopTimeout, lease time.Durati
 	sup, err := supervisor.New(supervisor.Config{
 		Host: host, RedisURL: url, Prefix: prefix, Lease: lease,
 		Pools:       []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{worker, "beat"}}},
-		Heartbeat:   supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: time.Second},
+		Heartbeat:   hb,
 		StopTimeout: stopTimeout,
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}, store)
