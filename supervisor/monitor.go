@@ -314,6 +314,11 @@ func (s *Supervisor) onExit(m exitMsg) {
 		r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
 		if st.killed {
 			r.Reason = "stop timeout"
+		}
+		// A worker requeues what it could not finish before exiting 0; one
+		// killed or failing on the way out may not have: put back what it
+		// still held (only tasks still active under this pid are touched).
+		if st.killed || code != 0 {
 			s.recoverTasks(w, pid)
 		}
 		_ = s.write(w, health.Write{Actor: health.ActorMonitor})
