@@ -119,7 +119,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 	if err := sup.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("vigil running", "version", version, "host", sup.Config().Host, "redis", rdb.Options().Addr, "pools", len(cfg.Pools))
+	log.Info("vigil running", "version", version, "host", sup.Config().Host, "redis", redisconn.Describe(url), "pools", len(cfg.Pools))
 	srv, err := adminServer(cfg, store, sup, log)
 	if err != nil {
 		_ = sup.Stop(context.Background())

@@ -87,7 +87,7 @@ func demoLoopKey(k health.Keys, id health.ComponentID) string {
 	return k.Prefix + "demo:{" + id.String() + "}:crashloop"
 }
 
-func demoCrashLoop(ctx context.Context, rdb *redis.Client, k health.Keys, id health.ComponentID) int64 {
+func demoCrashLoop(ctx context.Context, rdb redis.UniversalClient, k health.Keys, id health.ComponentID) int64 {
 	n, err := rdb.Decr(ctx, demoLoopKey(k, id)).Result()
 	if err != nil || n < 0 {
 		rdb.Del(ctx, demoLoopKey(k, id))
@@ -98,7 +98,7 @@ func demoCrashLoop(ctx context.Context, rdb *redis.Client, k health.Keys, id hea
 
 // demoCommands obeys "crash N" (exit with code N) and "hang" (freeze the
 // whole process: no more heartbeats).
-func demoCommands(ctx context.Context, rdb *redis.Client, k health.Keys, id health.ComponentID, log *slog.Logger) {
+func demoCommands(ctx context.Context, rdb redis.UniversalClient, k health.Keys, id health.ComponentID, log *slog.Logger) {
 	for ctx.Err() == nil {
 		res, err := rdb.BLPop(ctx, 2*time.Second, demoCmdKey(k, id)).Result()
 		if err != nil || len(res) != 2 {
