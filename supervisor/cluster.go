@@ -52,6 +52,12 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 	c.me = health.LeaseValue(s.cfg.Host, s.cfg.Instance)
 	c.takeover = s.cfg.Host + "/"
 	c.started = s.cfg.Clock.Now()
+	// A newer key layout means a newer vigil upgraded this Redis: refuse.
+	if was, err := s.store.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("join cluster: %w", err)
+	} else if was != health.SchemaVersion {
+		s.log.Info("key layout version written", "schema", health.SchemaVersion, "previous", was)
+	}
 	prev, err := s.store.ReadHost(ctx, s.cfg.Host)
 	if err != nil {
 		return fmt.Errorf("join cluster: %w", err)
