@@ -49,8 +49,9 @@ func jobFrom(ctx context.Context) *job {
 // progress event and as the task's last progress, only when the value moved
 // by a point or more, or moved and 500 ms passed since the last report, or
 // reached 100. The last value offered is kept in the process either way
-// (LastProgress). It returns ErrNotInTask outside a task run by RunWorker,
-// and Redis errors (the task goes on).
+// (LastProgress). Reports are written in the background, in order with the
+// task's other events (a Redis error is logged; the task goes on). It
+// returns ErrNotInTask outside a task run by RunWorker.
 func Progress(ctx context.Context, pct float64) error {
 	j := jobFrom(ctx)
 	if j == nil {
@@ -73,19 +74,16 @@ func Progress(ctx context.Context, pct float64) error {
 	return j.w.reportProgress(ctx, j, pct, now)
 }
 
-// reportProgress writes one progress report: the task's last progress and
-// its event, in one round trip.
-func (w *worker) reportProgress(ctx context.Context, j *job, pct float64, now time.Time) error {
-	octx, cancel := opCtx(ctx)
-	defer cancel()
-	pipe := w.rdb.Pipeline()
-	pipe.Set(octx, w.store.Keys().JobProgress(j.queue, j.id), strconv.FormatFloat(pct, 'f', -1, 64), JobKeyTTL)
+// reportProgress queues one progress report: the task's last progress and
+// its event, sent by the batcher in order with the task's other events.
+func (w *worker) reportProgress(_ context.Context, j *job, pct float64, now time.Time) error {
+	key := w.store.Keys().JobProgress(j.queue, j.id)
 	ev := w.event(j, StateProgress)
 	ev.Progress = &pct
-	jobEvents(octx, w.store, pipe, now, ev)
-	if _, err := pipe.Exec(octx); err != nil {
-		return fmt.Errorf("report progress of task %s: %w", j.id, err)
-	}
+	w.batch.add(writeReq{what: "progress", task: j.id, fill: func(ctx context.Context, pipe redis.Pipeliner) {
+		pipe.Set(ctx, key, strconv.FormatFloat(pct, 'f', -1, 64), JobKeyTTL)
+		jobEvents(ctx, w.store, pipe, now, ev)
+	}})
 	return nil
 }
 

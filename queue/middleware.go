@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
@@ -87,27 +89,21 @@ func (w *worker) toxic(ctx context.Context, j *job) error {
 	return terr
 }
 
-// begin records the task as running and announces it.
+// begin records the task as running and announces it, before the handler
+// runs (in a round trip it may share with other tasks').
 func (w *worker) begin(ctx context.Context, j *job) {
-	w.write(ctx, j, "processing", func(ctx context.Context, pipe redis.Pipeliner) {
-		pipe.HSet(ctx, w.store.Keys().Running(w.id), j.id, runningValue(w.pid, j.start))
-		jobEvents(ctx, w.store, pipe, j.start, w.event(j, StateProcessing))
-	})
-}
-
-// write runs one pipelined bookkeeping round trip; a failure costs only the
-// record (the task goes on), so it is logged.
-func (w *worker) write(ctx context.Context, j *job, what string, fill func(context.Context, redis.Pipeliner)) {
 	octx, cancel := opCtx(ctx)
 	defer cancel()
-	pipe := w.rdb.Pipeline()
-	fill(octx, pipe)
-	if _, err := pipe.Exec(octx); err != nil {
-		if redis.HasErrorPrefix(err, "NOSCRIPT") {
-			_ = avgScript.Load(octx, w.rdb).Err()
-		}
-		w.log.Warn("record task "+what, "task", j.id, "err", err)
-	}
+	w.batch.addAndWait(octx, writeReq{what: "processing", task: j.id, fill: func(ctx context.Context, pipe redis.Pipeliner) {
+		pipe.HSet(ctx, w.store.Keys().Running(w.id), j.id, runningValue(w.pid, j.start))
+		jobEvents(ctx, w.store, pipe, j.start, w.event(j, StateProcessing))
+	}})
+}
+
+// write queues one bookkeeping write (see batcher); a failure costs only
+// the record (the task goes on), so it is logged.
+func (w *worker) write(_ context.Context, j *job, what string, fill func(context.Context, redis.Pipeliner)) {
+	w.batch.add(writeReq{what: what, task: j.id, fill: fill})
 }
 
 // run calls the handler. It returns when the handler does, or when the
@@ -185,17 +181,18 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 		w.log.Warn("task failed", "task", j.id, "type", j.typ, "retried", j.retried, "max_retry", j.maxRetry,
 			"code", ev.Code, "err", err)
 	}
+	if ok {
+		w.avg.add(dur)
+		if w.metrics.InflightJobs.Load() <= 1 {
+			w.flushAverage() // not busy: no need to wait for the next second
+		}
+	}
 	w.cleanScratch(j, scratch, ok)
 	keys := w.store.Keys()
 	w.write(ctx, j, string(ev.State), func(ctx context.Context, pipe redis.Pipeliner) {
 		pipe.HDel(ctx, keys.Running(w.id), j.id)
-		if ok {
-			// Loaded at start; after a Redis restart lost it, the first
-			// failure reloads it (that one duration is lost).
-			avgScript.EvalSha(ctx, pipe, []string{keys.QueueStats(w.q)}, dur.Seconds()*1000, avgWeight)
-			if j.crashes > 0 {
-				pipe.Del(ctx, keys.JobCrashes(w.q, j.id))
-			}
+		if ok && j.crashes > 0 {
+			pipe.Del(ctx, keys.JobCrashes(w.q, j.id))
 		}
 		jobEvents(ctx, w.store, pipe, end, ev)
 	})
@@ -225,13 +222,76 @@ func classify(j *job, err error) error {
 // exponentially weighted one.
 const avgWeight = 0.05
 
-// avgScript folds one job's duration into the queue's rolling average.
-// KEYS: the queue stats hash. ARGV: duration ms, minimum weight.
+// avgFlushInterval is how often a worker folds its jobs' durations into the
+// queue's rolling average: one script call a second rather than one a job.
+const avgFlushInterval = time.Second
+
+// avgScript folds n jobs whose mean duration is m into the queue's rolling
+// average: as n single updates of weight max(1/count, minimum) would,
+// approximately (the weight is taken at the batch's end).
+// KEYS: the queue stats hash. ARGV: mean ms, n, minimum weight.
 var avgScript = redis.NewScript(`
-local n = redis.call("HINCRBY", KEYS[1], "jobs", 1)
-local d = tonumber(ARGV[1])
-local avg = tonumber(redis.call("HGET", KEYS[1], "avg_ms") or d)
-local a = math.max(1 / n, tonumber(ARGV[2]))
-avg = avg + a * (d - avg)
+local n = tonumber(ARGV[2])
+local total = redis.call("HINCRBY", KEYS[1], "jobs", n)
+local m = tonumber(ARGV[1])
+local avg = tonumber(redis.call("HGET", KEYS[1], "avg_ms") or m)
+local a = math.max(1 / total, tonumber(ARGV[3]))
+local eff = 1 - math.pow(1 - a, n)
+if total == n then eff = 1 end
+avg = avg + eff * (m - avg)
 redis.call("HSET", KEYS[1], "avg_ms", string.format("%.3f", avg))
 return 1`)
+
+// durations sums job durations between flushes.
+type durations struct {
+	mu  sync.Mutex
+	sum time.Duration
+	n   int
+}
+
+func (d *durations) add(x time.Duration) {
+	d.mu.Lock()
+	d.sum += x
+	d.n++
+	d.mu.Unlock()
+}
+
+// take returns the mean and count since the last take.
+func (d *durations) take() (mean time.Duration, n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.n == 0 {
+		return 0, 0
+	}
+	mean, n = d.sum/time.Duration(d.n), d.n
+	d.sum, d.n = 0, 0
+	return mean, n
+}
+
+// flushAverage queues the fold of the durations gathered since the last one.
+func (w *worker) flushAverage() {
+	mean, n := w.avg.take()
+	if n == 0 {
+		return
+	}
+	key := w.store.Keys().QueueStats(w.q)
+	w.batch.add(writeReq{what: "average", fill: func(ctx context.Context, pipe redis.Pipeliner) {
+		// Loaded at start; after a Redis restart lost it, the batcher
+		// reloads it on NOSCRIPT (those durations are lost).
+		avgScript.EvalSha(ctx, pipe, []string{key}, float64(mean.Microseconds())/1000, n, avgWeight)
+	}})
+}
+
+// averages flushes the rolling average every avgFlushInterval until ctx ends.
+func (w *worker) averages(ctx context.Context) {
+	t := time.NewTicker(avgFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			w.flushAverage()
+		}
+	}
+}

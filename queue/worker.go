@@ -74,6 +74,8 @@ type worker struct {
 	hook        *dequeueHook
 	handlers    map[string]asynq.Handler
 	scratchRoot string
+	batch       *batcher
+	avg         durations
 
 	shuttingDown atomic.Bool
 	inflight     sync.WaitGroup // middleware runs
@@ -185,6 +187,19 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 		wg.Wait()
 	}()
 
+	w.batch = newBatcher(w)
+	defer w.batch.close() // after every middleware run has queued its outcome
+	avgCtx, stopAvg := context.WithCancel(context.Background())
+	avgDone := make(chan struct{})
+	go func() {
+		defer close(avgDone)
+		w.averages(avgCtx)
+	}()
+	defer func() {
+		stopAvg()
+		<-avgDone
+		w.flushAverage() // what the last second gathered
+	}()
 	if err := srv.Start(asynq.HandlerFunc(w.process)); err != nil {
 		return fmt.Errorf("start asynq server for %s: %w", w.id, err)
 	}

@@ -43,8 +43,9 @@ func StartCluster(tb testing.TB) *Cluster {
 	tb.Cleanup(c.stop)
 	dir := tb.TempDir()
 	var addrs, hosts []string
+	taken := map[int]bool{}
 	for range ClusterNodes {
-		port := clusterPort(tb)
+		port := clusterPort(tb, taken)
 		p := strconv.Itoa(port)
 		cmd := exec.Command("redis-server", "--port", p, "--bind", "127.0.0.1", "--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes-"+p+".conf", "--cluster-node-timeout", "5000",
@@ -73,15 +74,18 @@ func StartCluster(tb testing.TB) *Cluster {
 }
 
 // clusterPort finds a free port whose cluster bus port (+10000) is free too.
-func clusterPort(tb testing.TB) int {
+// Ports in taken (and their bus ports) are not returned; the one returned
+// is added.
+func clusterPort(tb testing.TB, taken map[int]bool) int {
 	tb.Helper()
 	for range 100 {
 		p := FreePort(tb)
-		if p+10000 > 65535 {
+		if p+10000 > 65535 || taken[p] || taken[p+10000] || taken[p-10000] {
 			continue
 		}
 		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000)); err == nil {
 			l.Close()
+			taken[p], taken[p+10000] = true, true
 			return p
 		}
 	}
