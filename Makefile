@@ -20,7 +20,7 @@ EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
 REDOCLY  ?= npx -y @redocly/cli@2
 FUZZTIME ?= 20s
 
-.PHONY: help run test test-redis build lint openapi fuzz clean cgo-check redis-server-check
+.PHONY: help run test test-redis build lint openapi bench bench-short fuzz clean cgo-check redis-server-check
 
 help: ## list the targets
 	@printf 'Usage: make <target>\n\nTargets:\n'
@@ -70,6 +70,13 @@ lint: ## go vet, gofmt, staticcheck and the OpenAPI lint (Redocly, if npx is her
 openapi: ## regenerate openapi/ (3.1 and 3.0 documents, Go client) from the code
 	$(GO) run ./cmd/vigil openapi --dir openapi
 	$(GO) generate ./openapi/...
+
+bench: ## every benchmark of BENCHMARKS.md on a private redis-server; output saved in bench/out/
+	@mkdir -p bench/out
+	bench/run | tee bench/out/bench-$$(date -u +%Y%m%dT%H%M%SZ).txt
+
+bench-short: ## each benchmark once, in its short form (run by CI so that they do not rot)
+	bench/run -short
 
 fuzz: ## a short run of the admin API fuzzer (FUZZTIME=20s)
 	$(GO) test -run '^$$' -fuzz '^FuzzAPI$$' -fuzztime $(FUZZTIME) ./server/
