@@ -492,6 +492,10 @@ func (s *Supervisor) releaseAll() {
 	if err := s.store.Client().Del(ctx, keys.Host(s.cfg.Host)).Err(); err != nil {
 		s.log.Warn("remove host record", "err", err)
 	}
+	// Stopped, not lost: the leader neither announces nor alerts it.
+	if err := s.store.Client().HSet(ctx, keys.Control(), fieldLostPrefix+s.cfg.Host, "stopped").Err(); err != nil {
+		s.log.Warn("record a graceful stop", "err", err)
+	}
 	s.hostEvent(ctx, "stopped", "")
 }
 
@@ -531,10 +535,11 @@ func (s *Supervisor) leaderTick(ctx context.Context, hosts []health.Host, contro
 		}
 		s.log.Warn("host lost", "lost_host", h.ID, "last_seen", h.SeenAt)
 		data, _ := json.Marshal(map[string]any{"host": h.ID, "status": "lost", "last_seen": h.SeenAt.UnixMilli()})
-		if _, err := s.store.AddEvent(ctx, health.Event{Topic: "host:" + h.ID + ":status", Type: health.EventHost,
-			Timestamp: now.UnixMilli(), Data: data}); err != nil {
+		ev := health.Event{Topic: "host:" + h.ID + ":status", Type: health.EventHost, Timestamp: now.UnixMilli(), Data: data}
+		if _, err := s.store.AddEvent(ctx, ev); err != nil {
 			return err
 		}
+		s.alert("host_lost", ev)
 		s.store.Client().HSet(ctx, keys.Control(), f, now.UnixMilli())
 	}
 	if s.cfg.Stats != nil {

@@ -53,6 +53,14 @@ type Recoverer interface {
 // for the leader's queue_update events (package queue's Control.Stats).
 type StatsSource func(ctx context.Context, queues []string) (map[string]any, error)
 
+// Alerter is told, at once, of what an operator must hear of: a worker
+// turned failed ("worker_failed"), a host was lost ("host_lost"); ev is the
+// health.Event announced on the stream. Notify must never block (package
+// alert's Webhook queues and returns).
+type Alerter interface {
+	Notify(kind string, ev any) bool
+}
+
 // Config configures a Supervisor.
 type Config struct {
 	Host     string // host id (DESIGN.md §2)
@@ -79,8 +87,10 @@ type Config struct {
 	OpTimeout time.Duration
 
 	Recoverer Recoverer
-	Clock     clock.Clock
-	Logger    *slog.Logger
+	// Alerts, if set, hears of failed workers and lost hosts.
+	Alerts Alerter
+	Clock  clock.Clock
+	Logger *slog.Logger
 	// Rand returns a uniform number in [0, 1) for backoff jitter.
 	Rand func() float64
 }

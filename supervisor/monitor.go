@@ -359,12 +359,20 @@ func (s *Supervisor) crashed(w *worker, pid, code int, sig, reason string) {
 		_ = s.write(w, health.Write{Actor: health.ActorMonitor})
 		s.logw(w).Error("worker failed", "exit_code", code, "reason", reason, "failure", d.State.FailureReason,
 			"lifetime_restarts", d.State.LifetimeRestarts)
+		s.alert("worker_failed", health.WorkerEvent(w.rec, w.rec.UpdatedAt))
 		return
 	}
 	s.logw(w).Warn("worker crashed", "pid", pid, "exit_code", code, "reason", reason,
 		"restart_in", d.Delay, "restart_count", d.State.RestartCount, "lifetime_restarts", d.State.LifetimeRestarts)
 	if !s.shuttingDown {
 		s.arm(w, timerRestart, d.Delay)
+	}
+}
+
+// alert tells the configured Alerter, if any; it never blocks.
+func (s *Supervisor) alert(kind string, ev health.Event) {
+	if s.cfg.Alerts != nil {
+		s.cfg.Alerts.Notify(kind, ev)
 	}
 }
 

@@ -97,6 +97,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 	if err := queue.NewControl(store).Apply(ctx, queues); err != nil {
 		return err
 	}
+	alerts, stopAlerts, err := startAlerts(cfg, log)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	defer stopAlerts()
 	sup, err := supervisor.New(supervisor.Config{
 		Host:        cfg.Host,
 		RedisURL:    url,
@@ -111,6 +116,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		Version:     version,
 		Stats:       queueStats(store),
 		Recoverer:   queue.NewRecoverer(store, queue.RecovererConfig{Logger: log}),
+		Alerts:      alerts,
 		Logger:      log,
 	}, store)
 	if err != nil {

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -183,6 +185,10 @@ func (c Config) Validate() error {
 		return errors.New("sse.max_clients, sse.max_lag and sse.keepalive must be > 0")
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log_format must be text or json, got %q", c.LogFormat)
+	case !validLevel(c.LogLevel):
+		return fmt.Errorf("log_level must be debug, info, warn or error, got %q", c.LogLevel)
+	case c.Alerts.Webhook != "" && !validWebhook(c.Alerts.Webhook):
+		return fmt.Errorf("alerts.webhook must be an http:// or https:// URL, got %q", c.Alerts.Webhook)
 	}
 	if err := c.PolicyConfig().Validate(); err != nil {
 		return err
@@ -210,6 +216,16 @@ func (c Config) Validate() error {
 		seen[p.Queue] = true
 	}
 	return nil
+}
+
+func validLevel(s string) bool {
+	var l slog.Level
+	return l.UnmarshalText([]byte(s)) == nil
+}
+
+func validWebhook(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // PolicyConfig converts the policy section.

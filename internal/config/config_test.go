@@ -77,6 +77,8 @@ func TestBadInputNamesTheField(t *testing.T) {
 		{"jitter", "policy: {jitter: 2}", "policy.jitter"},
 		{"too many workers", "pools: [{queue: q, workers: 5000, command: [x]}]", "pools[0].workers"},
 		{"bad log format", "log_format: xml", "log_format"},
+		{"bad log level", "log_level: loud", "log_level"},
+		{"webhook not http", "alerts: {webhook: 'hooks.example/x'}", "alerts.webhook"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
