@@ -76,7 +76,6 @@ type worker struct {
 	scratchRoot string
 	batch       *batcher
 	avg         durations
-	current     currentJobs
 
 	shuttingDown atomic.Bool
 	inflight     sync.WaitGroup // middleware runs
