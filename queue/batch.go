@@ -37,17 +37,6 @@ func newBatcher(w *worker) *batcher {
 // add queues a write; it blocks only when maxBatch×4 writes are waiting.
 func (b *batcher) add(r writeReq) { b.reqs <- r }
 
-// addAndWait queues a write and waits until it was sent (or failed), at
-// most until ctx ends.
-func (b *batcher) addAndWait(ctx context.Context, r writeReq) {
-	r.sent = make(chan struct{})
-	b.reqs <- r
-	select {
-	case <-r.sent:
-	case <-ctx.Done():
-	}
-}
-
 // close sends what is queued and stops. Call it once nothing adds any more.
 func (b *batcher) close() {
 	close(b.reqs)

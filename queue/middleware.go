@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
 )
 
 // process is the handler asynq calls for every task: the middleware of
@@ -94,10 +97,18 @@ func (w *worker) toxic(ctx context.Context, j *job) error {
 func (w *worker) begin(ctx context.Context, j *job) {
 	octx, cancel := opCtx(ctx)
 	defer cancel()
-	w.batch.addAndWait(octx, writeReq{what: "processing", task: j.id, fill: func(ctx context.Context, pipe redis.Pipeliner) {
-		pipe.HSet(ctx, w.store.Keys().Running(w.id), j.id, runningValue(w.pid, j.start))
-		jobEvents(ctx, w.store, pipe, j.start, w.event(j, StateProcessing))
-	}})
+	sent := make(chan struct{})
+	w.current.change(j.id, true, func(current string) {
+		w.batch.add(writeReq{what: "processing", task: j.id, sent: sent, fill: func(ctx context.Context, pipe redis.Pipeliner) {
+			pipe.HSet(ctx, w.store.Keys().Running(w.id), j.id, runningValue(w.pid, j.start))
+			pipe.HSet(ctx, w.store.Keys().Component(w.id), health.FieldCurrentJob, current)
+			jobEvents(ctx, w.store, pipe, j.start, w.event(j, StateProcessing))
+		}})
+	})
+	select {
+	case <-sent:
+	case <-octx.Done():
+	}
 }
 
 // write queues one bookkeeping write (see batcher); a failure costs only
@@ -189,12 +200,19 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	}
 	w.cleanScratch(j, scratch, ok)
 	keys := w.store.Keys()
-	w.write(ctx, j, string(ev.State), func(ctx context.Context, pipe redis.Pipeliner) {
-		pipe.HDel(ctx, keys.Running(w.id), j.id)
-		if ok && j.crashes > 0 {
-			pipe.Del(ctx, keys.JobCrashes(w.q, j.id))
-		}
-		jobEvents(ctx, w.store, pipe, end, ev)
+	w.current.change(j.id, false, func(current string) {
+		w.write(ctx, j, string(ev.State), func(ctx context.Context, pipe redis.Pipeliner) {
+			pipe.HDel(ctx, keys.Running(w.id), j.id)
+			if current == "" {
+				pipe.HDel(ctx, keys.Component(w.id), health.FieldCurrentJob)
+			} else {
+				pipe.HSet(ctx, keys.Component(w.id), health.FieldCurrentJob, current)
+			}
+			if ok && j.crashes > 0 {
+				pipe.Del(ctx, keys.JobCrashes(w.q, j.id))
+			}
+			jobEvents(ctx, w.store, pipe, end, ev)
+		})
 	})
 	return ret
 }
@@ -294,4 +312,29 @@ func (w *worker) averages(ctx context.Context) {
 			w.flushAverage()
 		}
 	}
+}
+
+// currentJobs tracks the tasks this process runs, for the component
+// record's current_job: the most recently started one still running.
+type currentJobs struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+// change adds (start) or removes id and, under the same lock, calls queue
+// with the current job ("" when idle): writes are queued in the order the
+// changes were made.
+func (c *currentJobs) change(id string, start bool, queue func(current string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if start {
+		c.ids = append(c.ids, id)
+	} else if i := slices.Index(c.ids, id); i >= 0 {
+		c.ids = slices.Delete(c.ids, i, i+1)
+	}
+	current := ""
+	if len(c.ids) > 0 {
+		current = c.ids[len(c.ids)-1]
+	}
+	queue(current)
 }

@@ -76,6 +76,7 @@ type worker struct {
 	scratchRoot string
 	batch       *batcher
 	avg         durations
+	current     currentJobs
 
 	shuttingDown atomic.Bool
 	inflight     sync.WaitGroup // middleware runs
