@@ -1,13 +1,9 @@
 package queue_test
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/vigil-dev/vigil/internal/testbin"
 )
 
 // testJobWorker is ./internal/testjobworker, built once for the package
@@ -15,21 +11,5 @@ import (
 var testJobWorker string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "vigil-testjobworker")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	testJobWorker = filepath.Join(dir, "testjobworker")
-	build := exec.Command("go", "build", "-o", testJobWorker, "./internal/testjobworker")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		os.RemoveAll(dir)
-		fmt.Fprintln(os.Stderr, "build test worker:", err)
-		os.Exit(2)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}))
+	testbin.Main(m, map[string]*string{"./internal/testjobworker": &testJobWorker})
 }

@@ -1,35 +1,13 @@
 package server_test
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/vigil-dev/vigil/internal/testbin"
 )
 
 // vigilBin is ./cmd/vigil built once for the package: `vigil worker` is the
 // pool command of the tests that need live workers.
 var vigilBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "vigil-server-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	vigilBin = filepath.Join(dir, "vigil")
-	build := exec.Command("go", "build", "-o", vigilBin, "../cmd/vigil")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		os.RemoveAll(dir)
-		fmt.Fprintln(os.Stderr, "build vigil:", err)
-		os.Exit(2)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { testbin.Main(m, map[string]*string{"../cmd/vigil": &vigilBin}) }
