@@ -55,7 +55,16 @@ type Heartbeater struct {
 	failures atomic.Int64 // failed beats in a row
 	stale    int          // stale answers in a row (Run's goroutine only)
 	beats    atomic.Int64 // beats written
+	failed   atomic.Int64 // beats failed, in all
+	degraded atomic.Int64 // times HEARTBEAT_DEGRADED was logged
 }
+
+// Failed returns how many beats failed in all.
+func (h *Heartbeater) Failed() int64 { return h.failed.Load() }
+
+// Degraded returns how many times the heartbeat turned degraded
+// (DegradedAfter failures in a row).
+func (h *Heartbeater) Degraded() int64 { return h.degraded.Load() }
 
 // Failures returns how many beats in a row have failed.
 func (h *Heartbeater) Failures() int64 { return h.failures.Load() }
@@ -165,7 +174,9 @@ func (h *Heartbeater) once(ctx context.Context) error {
 		return nil
 	}
 	n := h.failures.Add(1)
+	h.failed.Add(1)
 	if n == DegradedAfter {
+		h.degraded.Add(1)
 		h.logger().Error("HEARTBEAT_DEGRADED", "component", h.ID.String(), "failures", n, "err", err)
 	} else {
 		h.logger().Warn("heartbeat failed", "component", h.ID.String(), "failures", n, "err", err)

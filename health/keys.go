@@ -101,6 +101,11 @@ func (k Keys) Restarts(c ComponentID) string { return k.tagged("restarts", c) }
 // Crashes is the sorted set of recent counted crash times.
 func (k Keys) Crashes(c ComponentID) string { return k.tagged("restarts", c) + ":crashes" }
 
+// WorkerStats is the hash of counters a worker process reports about
+// itself (heartbeats, jobs, …; package queue writes and reads it), for the
+// metrics of the host that holds the component.
+func (k Keys) WorkerStats(c ComponentID) string { return k.tagged("wstats", c) }
+
 // Slot is the slot lease of the component.
 func (k Keys) Slot(c ComponentID) string { return k.tagged("slot", c) }
 

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strconv"
@@ -155,6 +156,9 @@ func (h *dequeueHook) dequeue(ctx context.Context, c *redis.Cmd, args []any, nex
 		defer func() { h.onTry(c.Err() == nil) }()
 	}
 	if err != nil {
+		if !errors.Is(err, redis.Nil) {
+			h.metrics.AcquireFailures.Add(1)
+		}
 		c.SetErr(err)
 		return err
 	}

@@ -86,6 +86,7 @@ func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts .
 	} else if n, err := c.store.Client().Exists(ctx, asynqTaskKey(q, id)).Result(); err != nil || n > 0 {
 		if err == nil {
 			err = asynq.ErrTaskIDConflict
+			DefaultMetrics.DuplicateSkips.Add(1)
 		}
 		return nil, fmt.Errorf("enqueue %s task %s to %s: %w", task.Type(), id, q, err)
 	}
@@ -109,6 +110,9 @@ func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts .
 		return nil, fmt.Errorf("enqueue %s task to %s: announce it: %w", task.Type(), q, err)
 	}
 	info, err := c.c.EnqueueContext(ctx, task, opts...)
+	if IsDuplicate(err) {
+		DefaultMetrics.DuplicateSkips.Add(1)
+	}
 	if err != nil {
 		err = fmt.Errorf("enqueue %s task to %s: %w", task.Type(), q, err)
 		ev.State, ev.Code, ev.Error, ev.Final = StateError, CodeNotEnqueued, err.Error(), true

@@ -186,9 +186,7 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 		}
 		ev.Final = ev.Code != ""
 		w.metrics.JobsFailed.Add(1)
-		if ev.Code == CodeRetriesExhausted {
-			w.metrics.RetriesExhausted.Add(1)
-		}
+		w.metrics.countFailure(ev.Code)
 		w.log.Warn("task failed", "task", j.id, "type", j.typ, "retried", j.retried, "max_retry", j.maxRetry,
 			"code", ev.Code, "err", err)
 	}

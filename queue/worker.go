@@ -179,6 +179,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	var wg sync.WaitGroup
 	beatErr := make(chan error, 1)
 	wg.Go(func() { beatErr <- hb.Run(bg) })
+	rep := w.newReporter(hb)
+	wg.Go(func() { rep.run(bg) })
 	if bp := w.newBackpressure(cfg); bp != nil {
 		next := bp.judge(ctx) // before the first dequeue
 		wg.Go(func() { bp.run(bg, next) })

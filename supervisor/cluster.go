@@ -539,6 +539,7 @@ func (s *Supervisor) leaderTick(ctx context.Context, hosts []health.Host, contro
 		if _, err := s.store.AddEvent(ctx, ev); err != nil {
 			return err
 		}
+		s.cfg.Metrics.HostLost()
 		s.alert("host_lost", ev)
 		s.store.Client().HSet(ctx, keys.Control(), f, now.UnixMilli())
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/metrics"
 	"github.com/vigil-dev/vigil/policy"
 )
 
@@ -89,8 +90,11 @@ type Config struct {
 	Recoverer Recoverer
 	// Alerts, if set, hears of failed workers and lost hosts.
 	Alerts Alerter
-	Clock  clock.Clock
-	Logger *slog.Logger
+	// Metrics, if set, counts crashes, restarts, failures, recovered tasks
+	// and lost hosts, and times crash detection.
+	Metrics *metrics.Metrics
+	Clock   clock.Clock
+	Logger  *slog.Logger
 	// Rand returns a uniform number in [0, 1) for backoff jitter.
 	Rand func() float64
 }

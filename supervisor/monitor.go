@@ -22,6 +22,7 @@ const (
 
 type exitMsg struct {
 	id    health.ComponentID
+	at    time.Time // when Wait returned
 	pid   int
 	state *os.ProcessState
 	err   error
@@ -58,14 +59,15 @@ type worker struct {
 	rec  health.Component // what this host holds true, written to Redis
 	proc *process
 	kill struct {
-		code   int
-		reason string
+		code          int
+		reason, cause string
 	} // set when the monitor killed it
 	stop    *stopReq
 	sawBeat bool
-	dirty   bool  // rec not yet written (Redis unreachable)
-	recover []int // pids whose running tasks still need requeueing
-	waiting bool  // reconcile: waiting for an old pid to go
+	expires time.Time // when the last heartbeat seen expires (crash-detection latency)
+	dirty   bool      // rec not yet written (Redis unreachable)
+	recover []int     // pids whose running tasks still need requeueing
+	waiting bool      // reconcile: waiting for an old pid to go
 	// releasing: being stopped to give the slot to another host; fenced:
 	// the slot's lease was lost, the process is being killed.
 	releasing, fenced bool
@@ -155,6 +157,7 @@ func (s *Supervisor) onTimer(m timerMsg) {
 		s.check(w)
 	case timerRestart:
 		if w.rec.Status == health.StatusCrashed && w.proc == nil && !s.shuttingDown {
+			s.cfg.Metrics.Restart(w.id.Queue, "backoff")
 			s.spawn(w, health.ActorMonitor, false)
 		}
 	case timerKill:
@@ -212,11 +215,17 @@ func (s *Supervisor) spawn(w *worker, actor health.Actor, writeRestarts bool) er
 		w.rec = prev
 		return err
 	}
-	w.sawBeat, w.kill.code, w.kill.reason, w.stop = false, 0, "", nil
+	w.sawBeat, w.kill.code, w.kill.reason, w.stop, w.expires = false, 0, "", nil, time.Time{}
+	switch actor {
+	case health.ActorOperator:
+		s.cfg.Metrics.Restart(w.id.Queue, "operator")
+	case health.ActorTakeover:
+		s.cfg.Metrics.Restart(w.id.Queue, "takeover")
+	}
 	proc, err := s.startProcess(w.pool, w.id)
 	if err != nil {
 		s.logw(w).Error("spawn failed", "err", err)
-		s.crashed(w, 0, health.ExitUnknown, "", "spawn failed: "+err.Error())
+		s.crashed(w, 0, health.ExitUnknown, "", "spawn failed: "+err.Error(), "spawn")
 		return nil
 	}
 	w.proc = proc
@@ -252,19 +261,19 @@ func (s *Supervisor) check(w *worker) {
 	hb := s.cfg.Heartbeat
 	switch {
 	case p.Value != "" && !health.ValidHeartbeat(p.Value):
-		s.killFor(w, health.ExitBadHeartbeat, "invalid heartbeat "+quoteShort(p.Value))
+		s.killFor(w, health.ExitBadHeartbeat, "bad_heartbeat", "invalid heartbeat "+quoteShort(p.Value))
 	case p.TTL > 0:
-		w.sawBeat = true
+		w.sawBeat, w.expires = true, now.Add(p.TTL)
 		if p.Status == health.StatusHealthy && w.rec.Status == health.StatusStarting {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, p.HealthySince
 		}
 		s.arm(w, timerCheck, p.TTL+time.Millisecond)
 	case w.sawBeat || p.Status == health.StatusHealthy:
-		s.killFor(w, health.ExitHeartbeatTimeout, "heartbeat expired")
+		s.killFor(w, health.ExitHeartbeatTimeout, "hang", "heartbeat expired")
 	default:
 		left := hb.StartTimeout - now.Sub(w.proc.started)
 		if left <= 0 {
-			s.killFor(w, health.ExitHeartbeatTimeout, "no heartbeat within start_timeout")
+			s.killFor(w, health.ExitHeartbeatTimeout, "start_timeout", "no heartbeat within start_timeout")
 			return
 		}
 		s.arm(w, timerCheck, min(hb.Interval, left))
@@ -279,8 +288,9 @@ func quoteShort(v string) string {
 }
 
 // killFor SIGKILLs w's group; its exit is then recorded with code and reason.
-func (s *Supervisor) killFor(w *worker, code int, reason string) {
-	w.kill.code, w.kill.reason = code, reason
+// cause labels the crash metric: hang, start_timeout or bad_heartbeat.
+func (s *Supervisor) killFor(w *worker, code int, cause, reason string) {
+	w.kill.code, w.kill.reason, w.kill.cause = code, reason, cause
 	s.logw(w).Warn("killing worker", "pid", w.proc.pid, "reason", reason, "exit_code", code)
 	if err := signalGroup(w.proc.pid, sigKill); err != nil {
 		s.logw(w).Error("kill", "err", err)
@@ -299,13 +309,17 @@ func (s *Supervisor) onExit(m exitMsg) {
 	s.disarm(w, timerKill)
 	if w.fenced {
 		s.logw(w).Info("fenced worker exited", "pid", pid)
-		s.recoverTasks(w, pid)
+		s.recoverTasks(w, pid, "fenced")
 		s.forget(w, false)
 		return
 	}
 	reason := exitReason(code, sig)
+	cause := "exit"
+	if sig != "" {
+		cause = "signal"
+	}
 	if w.kill.code != 0 {
-		code, sig, reason = w.kill.code, "", w.kill.reason
+		code, sig, reason, cause = w.kill.code, "", w.kill.reason, w.kill.cause
 	}
 	if st := w.stop; st != nil {
 		w.stop = nil
@@ -319,7 +333,7 @@ func (s *Supervisor) onExit(m exitMsg) {
 		// killed or failing on the way out may not have: put back what it
 		// still held (only tasks still active under this pid are touched).
 		if st.killed || code != 0 {
-			s.recoverTasks(w, pid)
+			s.recoverTasks(w, pid, "stopped")
 		}
 		_ = s.write(w, health.Write{Actor: health.ActorMonitor})
 		s.logw(w).Info("worker stopped", "pid", pid, "exit_code", code, "reason", r.Reason)
@@ -328,7 +342,15 @@ func (s *Supervisor) onExit(m exitMsg) {
 		}
 		return
 	}
-	s.crashed(w, pid, code, sig, reason)
+	s.crashed(w, pid, code, sig, reason, cause)
+	// How long the death took to be recorded: from the exit (cmd.Wait
+	// returned), or, for a hang, from the moment the heartbeat expired.
+	switch {
+	case cause == "hang" && !w.expires.IsZero():
+		s.cfg.Metrics.Detected("hang", s.cfg.Clock.Now().Sub(w.expires))
+	case w.kill.code == 0 && !m.at.IsZero():
+		s.cfg.Metrics.Detected("exit", s.cfg.Clock.Now().Sub(m.at))
+	}
 }
 
 func exitReason(code int, sig string) string {
@@ -340,7 +362,9 @@ func exitReason(code int, sig string) string {
 
 // crashed records a counted crash and applies the policy: a restart timer,
 // or failed.
-func (s *Supervisor) crashed(w *worker, pid, code int, sig, reason string) {
+// cause labels the crash metric (see metrics.Metrics.Crash).
+func (s *Supervisor) crashed(w *worker, pid, code int, sig, reason, cause string) {
+	s.cfg.Metrics.Crash(w.id.Queue, cause, code)
 	now := s.cfg.Clock.Now()
 	var healthySince time.Time
 	if w.rec.Status == health.StatusHealthy {
@@ -352,13 +376,14 @@ func (s *Supervisor) crashed(w *worker, pid, code int, sig, reason string) {
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor, Restarts: true})
 	if pid > 0 {
-		s.recoverTasks(w, pid)
+		s.recoverTasks(w, pid, "crash")
 	}
 	if d.Failed {
 		r.Status, r.Reason = health.StatusFailed, d.State.FailureReason
 		_ = s.write(w, health.Write{Actor: health.ActorMonitor})
 		s.logw(w).Error("worker failed", "exit_code", code, "reason", reason, "failure", d.State.FailureReason,
 			"lifetime_restarts", d.State.LifetimeRestarts)
+		s.cfg.Metrics.Failed(w.id.Queue)
 		s.alert("worker_failed", health.WorkerEvent(w.rec, w.rec.UpdatedAt))
 		return
 	}
@@ -377,7 +402,9 @@ func (s *Supervisor) alert(kind string, ev health.Event) {
 }
 
 // recoverTasks puts back the tasks of w's reaped process pid.
-func (s *Supervisor) recoverTasks(w *worker, pid int) {
+// reason labels the metric: crash, stopped, fenced, supervisor_restart or
+// deferred (Redis was away when the process died).
+func (s *Supervisor) recoverTasks(w *worker, pid int, reason string) {
 	if s.cfg.Recoverer == nil {
 		return
 	}
@@ -394,6 +421,7 @@ func (s *Supervisor) recoverTasks(w *worker, pid int) {
 		return
 	}
 	if n > 0 {
+		s.cfg.Metrics.Recovered(w.id.Queue, reason, n)
 		s.logw(w).Info("requeued running tasks", "pid", pid, "tasks", n)
 	}
 }

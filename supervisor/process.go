@@ -113,7 +113,7 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 		defer s.wg.Done()
 		err := cmd.Wait()
 		select {
-		case s.exits <- exitMsg{id: id, pid: proc.pid, state: cmd.ProcessState, err: err}:
+		case s.exits <- exitMsg{id: id, at: s.cfg.Clock.Now(), pid: proc.pid, state: cmd.ProcessState, err: err}:
 		case <-s.dead:
 		}
 	}()

@@ -55,7 +55,7 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
 // finish, plus a second, then its group is killed) and its tasks requeued.
 func (s *Supervisor) afterOld(w *worker, pid int) {
 	if !ownedProcessAlive(pid, w.id) {
-		s.recoverTasks(w, pid)
+		s.recoverTasks(w, pid, "supervisor_restart")
 		s.spawn(w, health.ActorMonitor, false)
 		return
 	}
@@ -89,7 +89,7 @@ func (s *Supervisor) onGone(m goneMsg) {
 		return
 	}
 	w.waiting = false
-	s.recoverTasks(w, m.pid)
+	s.recoverTasks(w, m.pid, "supervisor_restart")
 	if !s.shuttingDown {
 		s.spawn(w, health.ActorMonitor, false)
 	}

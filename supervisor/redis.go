@@ -86,7 +86,7 @@ func (s *Supervisor) onRedisUp() {
 		pids := w.recover
 		w.recover = nil
 		for _, pid := range pids {
-			s.recoverTasks(w, pid)
+			s.recoverTasks(w, pid, "deferred")
 		}
 		if w.proc != nil && w.stop == nil {
 			s.arm(w, timerCheck, s.cfg.Heartbeat.TTL)

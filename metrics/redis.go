@@ -1,0 +1,182 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/queue"
+)
+
+// Descriptions of what redisCollector reads at scrape time.
+var (
+	workersDesc = prometheus.NewDesc("vigil_workers",
+		"Workers of this host by queue and status.", []string{"queue", "status"}, nil)
+
+	wLabels          = []string{"queue", "component"}
+	heartbeatsDesc   = prometheus.NewDesc("vigil_worker_heartbeats_total", "Heartbeats the worker wrote (reported by the worker).", wLabels, nil)
+	hbFailuresDesc   = prometheus.NewDesc("vigil_worker_heartbeat_failures_total", "Heartbeats the worker failed to write.", wLabels, nil)
+	hbDegradedDesc   = prometheus.NewDesc("vigil_worker_heartbeat_degraded_total", "Times the worker's heartbeat turned degraded (3 failures in a row: HEARTBEAT_DEGRADED).", wLabels, nil)
+	inflightDesc     = prometheus.NewDesc("vigil_worker_inflight_jobs", "Jobs the worker runs now (0 unless it is running).", wLabels, nil)
+	jobsDoneDesc     = prometheus.NewDesc("vigil_worker_jobs_done_total", "Jobs the worker completed.", wLabels, nil)
+	toxicDesc        = prometheus.NewDesc("vigil_worker_toxic_jobs_total", "Jobs the worker archived as toxic (they crashed workers too often) without running them.", wLabels, nil)
+	abortedDesc      = prometheus.NewDesc("vigil_worker_shutdown_requeues_total", "Jobs requeued because the worker's shutdown outlasted them (aborted:shutdown).", wLabels, nil)
+	pausesDesc       = prometheus.NewDesc("vigil_worker_backpressure_pauses_total", "Times backpressure stopped the worker's dequeuing.", wLabels, nil)
+	acquireFailsDesc = prometheus.NewDesc("vigil_worker_atomic_acquire_failures_total", "Dequeues (the atomic pending to active step) that failed with an error.", wLabels, nil)
+	retriesDesc      = prometheus.NewDesc("vigil_worker_retry_attempts_total", "Failed job attempts by code (RETRY: asynq retries it; RETRIES_EXHAUSTED, NON_RETRYABLE, NO_HANDLER, REVOKED: final).", append(wLabels, "code"), nil)
+
+	qJobsDesc     = prometheus.NewDesc("vigil_queue_jobs", "Jobs in the queue by state, from asynq (cluster-wide: the same on every host).", []string{"queue", "state"}, nil)
+	qLatencyDesc  = prometheus.NewDesc("vigil_queue_latency_seconds", "Age of the queue's oldest pending job, from asynq (cluster-wide).", []string{"queue"}, nil)
+	qPausedDesc   = prometheus.NewDesc("vigil_queue_paused", "1 when asynq has the queue paused (cluster-wide).", []string{"queue"}, nil)
+	qProcessed    = prometheus.NewDesc("vigil_queue_processed_total", "Jobs processed, from asynq's all-time count (cluster-wide).", []string{"queue"}, nil)
+	qFailed       = prometheus.NewDesc("vigil_queue_failed_total", "Job attempts that failed, from asynq's all-time count (cluster-wide).", []string{"queue"}, nil)
+	scrapeErrDesc = prometheus.NewDesc("vigil_scrape_errors", "Redis reads that failed during this scrape, by part (workers, queues).", []string{"part"}, nil)
+)
+
+// statuses are reported with 0 when no worker has them, so that series do
+// not come and go.
+var statuses = []health.Status{health.StatusStarting, health.StatusHealthy, health.StatusStopping,
+	health.StatusStopped, health.StatusCrashed, health.StatusFailed}
+
+// redisCollector reads workers and queues from Redis at scrape time.
+type redisCollector struct {
+	store   *health.Store
+	host    string
+	queues  []string
+	timeout time.Duration
+	log     *slog.Logger
+
+	once sync.Once
+	insp *asynq.Inspector
+}
+
+func newRedisCollector(cfg Config) *redisCollector {
+	q := slices.Clone(cfg.Queues)
+	slices.Sort(q)
+	return &redisCollector{store: cfg.Store, host: cfg.Host, queues: slices.Compact(q), timeout: cfg.ScrapeTimeout, log: cfg.Logger}
+}
+
+func (c *redisCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{workersDesc, heartbeatsDesc, hbFailuresDesc, hbDegradedDesc, inflightDesc,
+		jobsDoneDesc, toxicDesc, abortedDesc, pausesDesc, acquireFailsDesc, retriesDesc,
+		qJobsDesc, qLatencyDesc, qPausedDesc, qProcessed, qFailed, scrapeErrDesc} {
+		ch <- d
+	}
+}
+
+func (c *redisCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	werr := c.collectWorkers(ctx, ch)
+	qerr := c.collectQueues(ctx, ch)
+	for part, err := range map[string]error{"workers": werr, "queues": qerr} {
+		n := 0.0
+		if err != nil {
+			n = 1
+			c.log.Warn("metrics: read "+part+" from redis", "err", err)
+		}
+		ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.GaugeValue, n, part)
+	}
+}
+
+func (c *redisCollector) collectWorkers(ctx context.Context, ch chan<- prometheus.Metric) error {
+	all, err := c.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	counts := map[string]map[health.Status]int{}
+	for _, q := range c.queues {
+		counts[q] = map[health.Status]int{}
+	}
+	var mine []health.Component
+	for _, w := range all {
+		if w.Host != c.host {
+			continue
+		}
+		mine = append(mine, w)
+		if counts[w.ID.Queue] == nil {
+			counts[w.ID.Queue] = map[health.Status]int{}
+		}
+		counts[w.ID.Queue][w.Status]++
+	}
+	for q, byStatus := range counts {
+		for _, st := range statuses {
+			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(byStatus[st]), q, string(st))
+		}
+	}
+	ids := make([]health.ComponentID, len(mine))
+	for i, w := range mine {
+		ids[i] = w.ID
+	}
+	stats, err := queue.ReadWorkerStats(ctx, c.store, ids)
+	if err != nil {
+		return err
+	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for i, w := range mine {
+		s, q, id := stats[i], w.ID.Queue, w.ID.String()
+		counter(heartbeatsDesc, s[queue.StatHeartbeats], q, id)
+		counter(hbFailuresDesc, s[queue.StatHeartbeatFailures], q, id)
+		counter(hbDegradedDesc, s[queue.StatHeartbeatDegraded], q, id)
+		counter(jobsDoneDesc, s[queue.StatJobsDone], q, id)
+		counter(toxicDesc, s[queue.StatToxicJobs], q, id)
+		counter(abortedDesc, s[queue.StatAbortedShutdown], q, id)
+		counter(pausesDesc, s[queue.StatBackpressurePauses], q, id)
+		counter(acquireFailsDesc, s[queue.StatAcquireFailures], q, id)
+		for _, code := range []string{queue.CodeRetry, queue.CodeRetriesExhausted, queue.CodeNonRetryable, queue.CodeNoHandler, queue.CodeRevoked} {
+			counter(retriesDesc, s.Failures()[code], q, id, code)
+		}
+		inflight := 0.0
+		if w.Status == health.StatusStarting || w.Status == health.StatusHealthy || w.Status == health.StatusStopping {
+			inflight = float64(s[queue.StatInflight])
+		}
+		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, inflight, q, id)
+	}
+	return nil
+}
+
+func (c *redisCollector) collectQueues(ctx context.Context, ch chan<- prometheus.Metric) error {
+	c.once.Do(func() { c.insp = asynq.NewInspectorFromRedisClient(c.store.Client()) })
+	// GetQueueInfo's "not found" is no ErrQueueNotFound (asynq v0.26.0):
+	// ask which queues asynq knows.
+	known, err := c.insp.Queues()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, q := range c.queues {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		info, err := &asynq.QueueInfo{Queue: q}, error(nil) // never seen a task yet
+		if slices.Contains(known, q) {
+			info, err = c.insp.GetQueueInfo(q)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for state, n := range map[string]int{"pending": info.Pending, "active": info.Active, "scheduled": info.Scheduled,
+			"retry": info.Retry, "archived": info.Archived, "completed": info.Completed, "aggregating": info.Aggregating} {
+			ch <- prometheus.MustNewConstMetric(qJobsDesc, prometheus.GaugeValue, float64(n), q, state)
+		}
+		paused := 0.0
+		if info.Paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(qLatencyDesc, prometheus.GaugeValue, info.Latency.Seconds(), q)
+		ch <- prometheus.MustNewConstMetric(qPausedDesc, prometheus.GaugeValue, paused, q)
+		ch <- prometheus.MustNewConstMetric(qProcessed, prometheus.CounterValue, float64(info.ProcessedTotal), q)
+		ch <- prometheus.MustNewConstMetric(qFailed, prometheus.CounterValue, float64(info.FailedTotal), q)
+	}
+	return errors.Join(errs...)
+}
