@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/vigil-dev/vigil/internal/ctl"
 )
 
 // version is set at build time (-ldflags "-X main.version=…").
@@ -23,6 +25,8 @@ Usage:
   vigil serve [--config vigil.yaml] [flags]   run the supervisor and admin server
   vigil demo                                   run a demo (embedded Redis, three pools)
   vigil worker [--demo]                        the worker runtime a pool command can be
+  vigil ctl <command>                          operate a running vigil (status, workers, queues,
+                                               pause, resume, restart, reset, events; "vigil ctl help")
   vigil openapi [--dir openapi]                write the admin API's OpenAPI documents
   vigil version                                print the version
 
@@ -51,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = demoCmd(ctx, args[1:], stderr)
 	case "worker":
 		err = workerCmd(ctx, args[1:], stderr)
+	case "ctl":
+		return ctl.Run(ctx, args[1:], stdout, stderr, os.Getenv)
 	case "openapi":
 		err = openapiCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

@@ -1,0 +1,126 @@
+package ctl_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/ctl"
+)
+
+func TestStatus(t *testing.T) {
+	l := newLive(t)
+	l.must([]string{"status: healthy", "workers: 2 (healthy 2)", "paused: no", "jobs:"}, "status")
+	var v struct {
+		Health struct{ Status string } `json:"health"`
+		Queues struct {
+			Queues []struct{ Queue string } `json:"queues"`
+		} `json:"queues"`
+	}
+	decode(t, l.must(nil, "status", "--json"), &v)
+	if v.Health.Status != "healthy" || len(v.Queues.Queues) != 1 || v.Queues.Queues[0].Queue != "tag" {
+		t.Fatalf("status --json: %+v", v)
+	}
+}
+
+func TestWorkers(t *testing.T) {
+	l := newLive(t)
+	out := l.must([]string{"COMPONENT", "STATUS", "worker:tag:0", "worker:tag:1", "healthy", "h1"}, "workers")
+	if n := strings.Count(out, "\n"); n != 3 {
+		t.Fatalf("want a header and 2 rows:\n%s", out)
+	}
+	var v struct {
+		Workers []struct{ Component, Status string } `json:"workers"`
+	}
+	decode(t, l.must(nil, "--json", "workers"), &v)
+	if len(v.Workers) != 2 || v.Workers[1].Component != "worker:tag:1" || v.Workers[1].Status != "healthy" {
+		t.Fatalf("workers --json: %+v", v)
+	}
+}
+
+func TestQueuesPauseResume(t *testing.T) {
+	l := newLive(t)
+	l.must([]string{"QUEUE", "PAUSED", "tag", "(total)"}, "queues")
+	l.must([]string{"tag", "paused"}, "pause", "tag")
+	if out := l.must(nil, "queues"); !strings.Contains(lineOf(out, "tag "), "yes") {
+		t.Fatalf("tag not shown paused:\n%s", out)
+	}
+	l.must([]string{"already"}, "pause", "tag") // pausing a paused queue says so
+	l.must([]string{"resumed"}, "resume", "tag")
+	l.must(nil, "pause")
+	out := l.must([]string{"global pause: on"}, "queues")
+	if !strings.Contains(lineOf(out, "tag "), "yes") {
+		t.Fatalf("tag not paused by the global pause:\n%s", out)
+	}
+	var v struct {
+		Paused, Changed bool
+	}
+	decode(t, l.must(nil, "resume", "--json"), &v)
+	if v.Paused || !v.Changed {
+		t.Fatalf("resume --json: %+v", v)
+	}
+	l.must([]string{"paused: no"}, "status")
+	// Unknown queue: the server's 404, said.
+	code, _, errs := l.ctl("pause", "nosuch")
+	if code != 1 || !strings.Contains(errs, "404") {
+		t.Fatalf("pause nosuch: exit %d, %s", code, errs)
+	}
+}
+
+func TestRestartAndReset(t *testing.T) {
+	l := newLive(t)
+	before, _ := l.store.Get(t.Context(), health.ComponentID{Queue: "tag", Slot: 0})
+	l.must([]string{"worker:tag:0", "starting"}, "restart", "worker:tag:0")
+	l.waitWorkers(health.StatusHealthy, 0)
+	after, _ := l.store.Get(t.Context(), health.ComponentID{Queue: "tag", Slot: 0})
+	if after.PID == before.PID {
+		t.Fatal("restart kept the same process")
+	}
+	// A running worker cannot be reset: the server's 409, said.
+	code, _, errs := l.ctl("reset", "worker:tag:1")
+	if code != 1 || !strings.Contains(errs, "409") {
+		t.Fatalf("reset of a running worker: exit %d, %s", code, errs)
+	}
+	l.post("/api/v1/workers/worker:tag:1/stop")
+	l.waitWorkers(health.StatusStopped, 1)
+	l.must([]string{"worker:tag:1", "stopped"}, "reset", "worker:tag:1")
+	l.must([]string{"starting"}, "reset", "worker:tag:1", "--restart")
+	l.waitWorkers(health.StatusHealthy, 1)
+	code, _, errs = l.ctl("restart", "worker:nosuch:0")
+	if code != 1 || !strings.Contains(errs, "404") {
+		t.Fatalf("restart of an unknown worker: exit %d, %s", code, errs)
+	}
+}
+
+func TestAuthAndUsage(t *testing.T) {
+	l := newLive(t)
+	// Reads are open without auth_reads; a mutation without the token is refused.
+	code, _, errs := runCtl(t, map[string]string{ctl.EnvServer: l.url}, "pause")
+	if code != 1 || !strings.Contains(errs, "401") || !strings.Contains(errs, "VIGIL_TOKEN") {
+		t.Fatalf("pause without a token: exit %d, %s", code, errs)
+	}
+	// --token and --server win over the environment.
+	code, out, errs := runCtl(t, map[string]string{ctl.EnvServer: "http://127.0.0.1:1", ctl.EnvToken: "wrong"},
+		"--server", l.url, "--token", token, "pause", "tag")
+	if code != 0 || !strings.Contains(out, "paused") {
+		t.Fatalf("flags over env: exit %d, %s %s", code, out, errs)
+	}
+	for _, args := range [][]string{{}, {"bogus"}, {"restart"}, {"pause", "a", "b"}, {"--nope", "status"}} {
+		if code, _, _ := l.ctl(args...); code != 2 {
+			t.Errorf("vigil ctl %v: exit %d, want 2", args, code)
+		}
+	}
+	code, _, errs = runCtl(t, map[string]string{ctl.EnvServer: "http://127.0.0.1:1"}, "status")
+	if code != 1 || !strings.Contains(errs, "cannot reach vigil at http://127.0.0.1:1") {
+		t.Fatalf("unreachable: exit %d, %s", code, errs)
+	}
+}
+
+func lineOf(out, prefix string) string {
+	for l := range strings.SplitSeq(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}

@@ -1,0 +1,110 @@
+package ctl_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vigil-dev/vigil/internal/ctl"
+)
+
+// fakeStream serves the SSE protocol of DESIGN.md §8: the first connection
+// sends a snapshot and one change, then drops; the reconnection must carry
+// Last-Event-ID and gets the next change.
+func fakeStream(t *testing.T) (*httptest.Server, *[]*http.Request) {
+	var mu sync.Mutex
+	var reqs []*http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		reqs = append(reqs, r.Clone(r.Context()))
+		mu.Unlock()
+		if r.URL.Path != "/api/v1/events" || r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, `{"status":401,"detail":"a bearer token is required"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		worker := func(id, typ, status string) {
+			d, _ := json.Marshal(map[string]any{"topic": "worker:tag:0:status", "type": typ, "timestamp": 1790000000000,
+				"worker": map[string]any{"component": "worker:tag:0", "status": status, "pid": 42, "host": "h1"}})
+			fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", id, typ, d)
+		}
+		switch r.Header.Get("Last-Event-ID") {
+		case "":
+			fmt.Fprint(w, ": keep-alive\n\n")
+			worker("1-0", "snapshot", "healthy")
+			worker("2-0", "worker_update", "crashed")
+		default:
+			if got := r.Header.Get("Last-Event-ID"); got != "2-0" {
+				http.Error(w, "resumed from "+got, http.StatusBadRequest)
+				return
+			}
+			job, _ := json.Marshal(map[string]any{"topic": "queue:jobs", "type": "job_update", "timestamp": 1790000000001,
+				"data": map[string]any{"queue": "tag", "id": "t1", "task_type": "demo:work", "state": "done"}})
+			fmt.Fprintf(w, "id: 3-0\nevent: job_update\ndata: %s\n\n", job)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &reqs
+}
+
+func TestEventsFollowsAndResumes(t *testing.T) {
+	srv, reqs := fakeStream(t)
+	env := map[string]string{ctl.EnvServer: srv.URL, ctl.EnvToken: token}
+	code, out, errs := runCtl(t, env, "events", "worker:*:status", "queue:jobs", "--limit", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "snapshot") || !strings.Contains(lines[0], "healthy on h1 pid 42") ||
+		!strings.Contains(lines[1], "worker_update") || !strings.Contains(lines[1], "crashed") ||
+		!strings.Contains(lines[2], "job_update") || !strings.Contains(lines[2], "done demo:work t1") {
+		t.Fatalf("output:\n%s", out)
+	}
+	if !strings.Contains(errs, "reconnecting") {
+		t.Errorf("the reconnection was not said: %q", errs)
+	}
+	first := (*reqs)[0]
+	if got := first.URL.Query()["topic"]; len(got) != 2 || got[0] != "worker:*:status" || got[1] != "queue:jobs" {
+		t.Errorf("topics sent: %v", got)
+	}
+	if first.Header.Get("Accept") != "text/event-stream" {
+		t.Errorf("Accept %q", first.Header.Get("Accept"))
+	}
+
+	code, out, _ = runCtl(t, env, "events", "--json", "--limit", "1")
+	var m struct {
+		ID, Event string
+		Data      struct{ Topic string }
+	}
+	if err := json.Unmarshal([]byte(out), &m); code != 0 || err != nil || m.ID == "" || m.Data.Topic == "" {
+		t.Fatalf("events --json: exit %d %v\n%s", code, err, out)
+	}
+
+	code, _, errs = runCtl(t, map[string]string{ctl.EnvServer: srv.URL}, "events")
+	if code != 1 || !strings.Contains(errs, "401") {
+		t.Fatalf("without a token: exit %d %s", code, errs)
+	}
+}
+
+// Against the real admin server: the snapshot of each worker first.
+func TestEventsLive(t *testing.T) {
+	l := newLive(t)
+	resp, err := http.Get(l.url + "/api/v1/events?topic=nosuch")
+	if err == nil {
+		resp.Body.Close()
+	}
+	if err != nil || resp.StatusCode == http.StatusNotFound {
+		t.Skip("this admin server has no GET /api/v1/events yet")
+	}
+	out := l.must([]string{"snapshot", "worker:tag:0:status", "worker:tag:1:status", "healthy"},
+		"events", "worker:tag:*:status", "--limit", "2")
+	if strings.Count(out, "\n") != 2 {
+		t.Fatalf("want 2 lines:\n%s", out)
+	}
+}
