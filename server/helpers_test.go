@@ -256,6 +256,7 @@ func (h *harness) dump() map[string]string {
 		}
 	}
 	out := map[string]string{}
+	keys = slices.DeleteFunc(keys, h.volatile)
 	for _, k := range keys {
 		typ := rdb.Type(c, k).Val()
 		var v any
@@ -263,7 +264,9 @@ func (h *harness) dump() map[string]string {
 		case "string":
 			v = rdb.Get(c, k).Val()
 		case "hash":
-			v = rdb.HGetAll(c, k).Val()
+			m := rdb.HGetAll(c, k).Val()
+			delete(m, health.FieldLastHeartbeat) // the live worker's own beat
+			v = m
 		case "set":
 			m := rdb.SMembers(c, k).Val()
 			slices.Sort(m)
@@ -273,7 +276,9 @@ func (h *harness) dump() map[string]string {
 		case "list":
 			v = rdb.LRange(c, k, 0, -1).Val()
 		case "stream":
-			v = rdb.XRange(c, k, "-", "+").Val()
+			v = slices.DeleteFunc(rdb.XRange(c, k, "-", "+").Val(), func(m redis.XMessage) bool {
+				return m.Values["type"] != health.EventAction
+			})
 		}
 		out[k] = typ + " " + fmt.Sprint(v)
 	}
@@ -281,6 +286,23 @@ func (h *harness) dump() map[string]string {
 		out["asynq:queues has "+q] = fmt.Sprint(rdb.SIsMember(c, "asynq:queues", q).Val())
 	}
 	return out
+}
+
+// volatile reports the keys that live hosts and workers rewrite on their
+// own (heartbeats, host records, leases, worker statistics): no request
+// changes them, and dump leaves them out. Of the event stream it keeps the
+// operator actions only, which requests write.
+func (h *harness) volatile(k string) bool {
+	rest, ok := strings.CutPrefix(k, h.redis.Prefix)
+	if !ok {
+		return false
+	}
+	for _, p := range []string{"hb:", "host:", "hosts", "slot:", "leader", "wstats:", "cmd:"} {
+		if strings.HasPrefix(rest, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func diff(before, after map[string]string) []string {
