@@ -127,6 +127,11 @@ func (k Keys) Leader() string { return k.Prefix + "leader" }
 // Events is the event stream.
 func (k Keys) Events() string { return k.Prefix + "events" }
 
+// Health is the last system health announced on the event stream (status
+// and reasons), so that admin servers announce each change once between
+// them.
+func (k Keys) Health() string { return k.Prefix + "health" }
+
 // JobCrashes counts the workers that died running task t of queue q. It
 // shares the slot of asynq's keys for q.
 func (k Keys) JobCrashes(q, t string) string { return k.JobPrefix(q) + t + JobCrashesSuffix }

@@ -57,6 +57,7 @@ func TestGeneratedClientAgainstLiveServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer h.Close()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	defer cleanAsynq(env.Client, good, bad)

@@ -94,6 +94,12 @@ func (s *server) readyz(ctx context.Context, _ *struct{}) (*ReadyOutput, error) 
 }
 
 func (s *server) getHealth(ctx context.Context, _ *struct{}) (*HealthOutput, error) {
+	return &HealthOutput{Body: s.healthReport(ctx)}, nil
+}
+
+// healthReport computes the cluster's health (also the payload of the
+// system:health events).
+func (s *server) healthReport(ctx context.Context) HealthReport {
 	r := HealthReport{Status: StatusHealthy, Reasons: []string{}, Counts: map[string]int{}, CheckedAt: s.cfg.Clock.Now().UnixMilli()}
 	for _, st := range health.Statuses {
 		r.Counts[string(st)] = 0
@@ -101,13 +107,13 @@ func (s *server) getHealth(ctx context.Context, _ *struct{}) (*HealthOutput, err
 	rtt, err := s.ping(ctx)
 	if err != nil {
 		r.Status, r.Reasons = StatusError, []string{"redis does not answer within 1s: " + err.Error()}
-		return &HealthOutput{Body: r}, nil
+		return r
 	}
 	r.RedisRTTMS = ms(rtt)
 	cs, err := s.store.List(ctx)
 	if err != nil {
 		r.Status, r.Reasons = StatusError, []string{"read components: " + err.Error()}
-		return &HealthOutput{Body: r}, nil
+		return r
 	}
 	r.Components = len(cs)
 	byStatus := map[health.Status][]string{}
@@ -135,7 +141,7 @@ func (s *server) getHealth(ctx context.Context, _ *struct{}) (*HealthOutput, err
 	hosts, err := s.store.Hosts(ctx)
 	if err != nil {
 		r.Status, r.Reasons = StatusError, []string{"read hosts: " + err.Error()}
-		return &HealthOutput{Body: r}, nil
+		return r
 	}
 	for _, h := range hosts {
 		if !h.Alive {
@@ -145,7 +151,7 @@ func (s *server) getHealth(ctx context.Context, _ *struct{}) (*HealthOutput, err
 	if len(r.Reasons) > 0 {
 		r.Status = StatusDegraded
 	}
-	return &HealthOutput{Body: r}, nil
+	return r
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

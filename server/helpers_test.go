@@ -55,6 +55,8 @@ func newHarness(tb testing.TB, s setup) *harness {
 	h.cfg = server.Config{
 		Store: h.store, Queues: []string{h.q1, h.q2}, Token: testToken,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// miniredis cannot unblock a stream read: keep Close quick.
+		SSE: server.SSEConfig{ReadBlock: 50 * time.Millisecond},
 	}
 	if s.workers > 0 {
 		h.startSupervisor(s)
@@ -67,8 +69,34 @@ func newHarness(tb testing.TB, s setup) *harness {
 	if err != nil {
 		tb.Fatalf("server.New: %v", err)
 	}
+	tb.Cleanup(func() { _ = handler.Close() })
 	h.h = handler
+	h.waitHealthAnnounced()
 	return h
+}
+
+// waitHealthAnnounced waits for the new server's first health_update (its
+// broker announces the health it finds at start), so that tests which
+// compare Redis before and after a request do not see it.
+func (h *harness) waitHealthAnnounced() {
+	h.tb.Helper()
+	c := ctx(h.tb)
+	last := "0"
+	for {
+		res, err := h.redis.Client.XRead(c, &redis.XReadArgs{Streams: []string{h.store.Keys().Events(), last}, Block: 2 * time.Second, Count: 100}).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			h.tb.Fatalf("wait for the first health announcement: %v", err)
+		default:
+			for _, m := range res[0].Messages {
+				if m.Values["type"] == health.EventHealth {
+					return
+				}
+				last = m.ID
+			}
+		}
+	}
 }
 
 func (h *harness) startSupervisor(s setup) {
@@ -146,8 +174,26 @@ func (h *harness) do(r req) *httptest.ResponseRecorder {
 		hr.AddCookie(r.cookie)
 	}
 	rec := httptest.NewRecorder()
+	if strings.HasPrefix(r.path, "/api/v1/events") {
+		// An event stream never ends: stop it once its response started.
+		c, cancel := context.WithCancel(hr.Context())
+		defer cancel()
+		h.h.ServeHTTP(flushCancel{rec, cancel}, hr.WithContext(c))
+		return rec
+	}
 	h.h.ServeHTTP(rec, hr)
 	return rec
+}
+
+// flushCancel ends the request at its first flush.
+type flushCancel struct {
+	*httptest.ResponseRecorder
+	cancel context.CancelFunc
+}
+
+func (f flushCancel) Flush() {
+	f.ResponseRecorder.Flush()
+	f.cancel()
 }
 
 // get and post call with the token.

@@ -33,6 +33,7 @@ var tags = []*huma.Tag{
 	{Name: "jobs", Description: "Enqueue, look up, retry, cancel and delete jobs."},
 	{Name: "cluster", Description: "Hosts, pool sizes, drain and rolling restarts."},
 	{Name: "session", Description: "The dashboard's session cookie."},
+	{Name: "events", Description: "Live events (server-sent events) of the whole cluster."},
 }
 
 // route registers op guarded by a, with its security requirement and the
@@ -62,6 +63,7 @@ func (s *server) register(api huma.API) {
 	s.registerJobs(api)
 	s.registerSession(api)
 	s.registerCluster(api)
+	s.registerEvents(api)
 }
 
 // withBody caps op's request body at max_body.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -76,6 +77,8 @@ type Config struct {
 	BasePath string
 	// Version is the API version in the spec (default "1.0.0").
 	Version string
+	// SSE configures GET /api/v1/events (zero fields: the defaults).
+	SSE SSEConfig
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -118,9 +121,30 @@ func (c Config) validate() error {
 	return nil
 }
 
-// New returns the admin server's handler. Mount it at the root, or under a
-// prefix with http.StripPrefix (and Config.BasePath set to that prefix).
-func New(cfg Config) (http.Handler, error) {
+// Server is the admin server: an http.Handler, with the event broker of
+// GET /api/v1/events behind it. Close it when done: event streams never
+// end by themselves, so close it before http.Server.Shutdown.
+type Server struct {
+	handler http.Handler
+	broker  *broker
+	once    sync.Once
+}
+
+// ServeHTTP serves the admin API, the docs and the dashboard.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Close disconnects every event client (they reconnect elsewhere, or here
+// later, with Last-Event-ID), waits for their handlers and stops the
+// broker's goroutines. Later event requests answer 503. Safe twice.
+func (s *Server) Close() error {
+	s.once.Do(s.broker.close)
+	return nil
+}
+
+// New returns the admin server, its event broker running. Mount it at the
+// root, or under a prefix with http.StripPrefix (and Config.BasePath set to
+// that prefix).
+func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -133,6 +157,8 @@ func New(cfg Config) (http.Handler, error) {
 		jobs: queue.NewClient(cfg.Store, queue.ClientConfig{Queues: cfg.Queues, MaxPayload: cfg.MaxPayload,
 			TaskTimeouts: cfg.TaskTimeouts, Logger: cfg.Logger, Clock: cfg.Clock}),
 	}
+	hw := newHealthWatcher(s)
+	s.broker = newBroker(cfg.SSE, cfg.Store, cfg.Logger, cfg.Clock, s.snapshot, hw.notify)
 	mux := http.NewServeMux()
 	api := newAPI(mux, cfg)
 	api.UseMiddleware(s.authMiddleware(api))
@@ -140,7 +166,8 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("GET /docs", web.Docs())
 	mux.Handle("GET /docs/{file}", web.Docs())
 	mux.Handle("GET /{$}", web.Home())
-	return s.wrap(mux), nil
+	s.broker.start(hw.run)
+	return &Server{handler: s.wrap(mux), broker: s.broker}, nil
 }
 
 // server holds the handlers' dependencies.
@@ -150,6 +177,8 @@ type server struct {
 	log   *slog.Logger
 	insp  *asynq.Inspector
 	jobs  *queue.Client
+	// broker serves GET /api/v1/events (nil in Spec).
+	broker *broker
 }
 
 // Spec returns the OpenAPI document of the API as New serves it at the

@@ -168,6 +168,7 @@ func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervi
 		Store: store, Supervisor: sup, Queues: queues, TaskTimeouts: timeouts,
 		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
 		Version: server.APIVersion, Logger: log, Cluster: sup, MaxPoolSize: cfg.MaxPoolSize,
+		SSE: server.SSEConfig{MaxClients: cfg.SSE.MaxClients, MaxLag: cfg.SSE.MaxLag, KeepAlive: time.Duration(cfg.SSE.KeepAlive)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("admin server: %w", err)
@@ -180,13 +181,16 @@ func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervi
 	default:
 		log.Info("admin API: mutations need the bearer token", "auth_reads", cfg.AuthReads)
 	}
-	return &http.Server{
+	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}, nil
+	}
+	// Event streams never end by themselves: Shutdown closes them.
+	srv.RegisterOnShutdown(func() { _ = h.Close() })
+	return srv, nil
 }
 
 // startEmbeddedRedis starts a miniredis on a loopback port whose keys expire

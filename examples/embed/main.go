@@ -97,13 +97,15 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer func() { _ = sup.Stop(context.Background()) }()
 
-	app, err := newApp(store, sup, *token)
+	app, admin, err := newApp(store, sup, *token)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{Addr: *listen, Handler: app, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
+		// Event streams never end by themselves: close them first.
+		_ = admin.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
@@ -115,14 +117,15 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// newApp is the program's own mux with Vigil's admin server under /admin/.
-func newApp(store *health.Store, sup server.Supervisor, token string) (http.Handler, error) {
+// newApp is the program's own mux with Vigil's admin server under /admin/;
+// close the admin server before shutting the HTTP server down.
+func newApp(store *health.Store, sup server.Supervisor, token string) (http.Handler, *server.Server, error) {
 	admin, err := server.New(server.Config{
 		Store: store, Supervisor: sup, Queues: []string{queueName}, Token: token,
 		BasePath: "/admin", // the prefix StripPrefix removes
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -130,7 +133,7 @@ func newApp(store *health.Store, sup server.Supervisor, token string) (http.Hand
 		fmt.Fprint(w, `<p>My program. Its workers: <a href="admin/docs">Vigil admin API</a>.</p>`)
 	})
 	mux.Handle("/admin/", http.StripPrefix("/admin", admin))
-	return mux, nil
+	return mux, admin, nil
 }
 
 // runWorker is the worker mode: an asynq worker of the emails queue,

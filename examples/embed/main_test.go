@@ -17,10 +17,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestAdminUnderPrefix: the program's own route and Vigil's, side by side.
 func TestAdminUnderPrefix(t *testing.T) {
 	env := testredis.New(t)
-	app, err := newApp(health.NewStore(env.Client, env.Prefix, 0), nil, "")
+	app, admin, err := newApp(health.NewStore(env.Client, env.Prefix, 0), nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer admin.Close()
 	srv := httptest.NewServer(app)
 	defer srv.Close()
 	for path, want := range map[string]string{

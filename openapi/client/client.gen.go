@@ -16,6 +16,21 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for ActionEventType.
+const (
+	ActionEventTypeAction ActionEventType = "action"
+)
+
+// Valid indicates whether the value is a known member of the ActionEventType enum.
+func (e ActionEventType) Valid() bool {
+	switch e {
+	case ActionEventTypeAction:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DrainResultAction.
 const (
 	Drain   DrainResultAction = "drain"
@@ -55,6 +70,21 @@ func (e HealthReportStatus) Valid() bool {
 	}
 }
 
+// Defines values for HealthUpdateEventType.
+const (
+	HealthUpdate HealthUpdateEventType = "health_update"
+)
+
+// Valid indicates whether the value is a known member of the HealthUpdateEventType enum.
+func (e HealthUpdateEventType) Valid() bool {
+	switch e {
+	case HealthUpdate:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HostStatus.
 const (
 	Alive HostStatus = "alive"
@@ -67,6 +97,21 @@ func (e HostStatus) Valid() bool {
 	case Alive:
 		return true
 	case Lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HostUpdateEventType.
+const (
+	HostUpdate HostUpdateEventType = "host_update"
+)
+
+// Valid indicates whether the value is a known member of the HostUpdateEventType enum.
+func (e HostUpdateEventType) Valid() bool {
+	switch e {
+	case HostUpdate:
 		return true
 	default:
 		return false
@@ -124,6 +169,21 @@ func (e JobActionAction) Valid() bool {
 	}
 }
 
+// Defines values for JobUpdateEventType.
+const (
+	JobUpdate JobUpdateEventType = "job_update"
+)
+
+// Valid indicates whether the value is a known member of the JobUpdateEventType enum.
+func (e JobUpdateEventType) Valid() bool {
+	switch e {
+	case JobUpdate:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PauseResultAction.
 const (
 	Pause  PauseResultAction = "pause"
@@ -136,6 +196,51 @@ func (e PauseResultAction) Valid() bool {
 	case Pause:
 		return true
 	case Resume:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for QueueUpdateEventType.
+const (
+	QueueUpdate QueueUpdateEventType = "queue_update"
+)
+
+// Valid indicates whether the value is a known member of the QueueUpdateEventType enum.
+func (e QueueUpdateEventType) Valid() bool {
+	switch e {
+	case QueueUpdate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ResetEventType.
+const (
+	ResetEventTypeReset ResetEventType = "reset"
+)
+
+// Valid indicates whether the value is a known member of the ResetEventType enum.
+func (e ResetEventType) Valid() bool {
+	switch e {
+	case ResetEventTypeReset:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SnapshotEventType.
+const (
+	Snapshot SnapshotEventType = "snapshot"
+)
+
+// Valid indicates whether the value is a known member of the SnapshotEventType enum.
+func (e SnapshotEventType) Valid() bool {
+	switch e {
+	case Snapshot:
 		return true
 	default:
 		return false
@@ -174,19 +279,34 @@ func (e WorkerStatus) Valid() bool {
 
 // Defines values for WorkerActionAction.
 const (
-	Reset   WorkerActionAction = "reset"
-	Restart WorkerActionAction = "restart"
-	Stop    WorkerActionAction = "stop"
+	WorkerActionActionReset   WorkerActionAction = "reset"
+	WorkerActionActionRestart WorkerActionAction = "restart"
+	WorkerActionActionStop    WorkerActionAction = "stop"
 )
 
 // Valid indicates whether the value is a known member of the WorkerActionAction enum.
 func (e WorkerActionAction) Valid() bool {
 	switch e {
-	case Reset:
+	case WorkerActionActionReset:
 		return true
-	case Restart:
+	case WorkerActionActionRestart:
 		return true
-	case Stop:
+	case WorkerActionActionStop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkerUpdateEventType.
+const (
+	WorkerUpdate WorkerUpdateEventType = "worker_update"
+)
+
+// Valid indicates whether the value is a known member of the WorkerUpdateEventType enum.
+func (e WorkerUpdateEventType) Valid() bool {
+	switch e {
+	case WorkerUpdate:
 		return true
 	default:
 		return false
@@ -222,6 +342,39 @@ func (e ListJobsParamsState) Valid() bool {
 		return false
 	}
 }
+
+// Action defines model for Action.
+type Action struct {
+	// Action pause, resume, restart, stop, reset, drain, …; hosts: leader, stopped, pools_applied
+	//
+	// Example: pause
+	Action string `json:"action"`
+
+	// Result What happened, for people
+	//
+	// Example: queue tag paused
+	Result *string `json:"result,omitempty"`
+
+	// Target What it was done to
+	//
+	// Example: queue:tag
+	Target string `json:"target"`
+}
+
+// ActionEvent defines model for ActionEvent.
+type ActionEvent struct {
+	Action Action `json:"action"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: queue:tag:status
+	Topic string          `json:"topic"`
+	Type  ActionEventType `json:"type"`
+}
+
+// ActionEventType defines model for ActionEvent.Type.
+type ActionEventType string
 
 // DrainResult defines model for DrainResult.
 type DrainResult struct {
@@ -345,6 +498,21 @@ type HealthReport struct {
 // Example: degraded
 type HealthReportStatus string
 
+// HealthUpdateEvent defines model for HealthUpdateEvent.
+type HealthUpdateEvent struct {
+	Data HealthReport `json:"data"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: system:health
+	Topic string                `json:"topic"`
+	Type  HealthUpdateEventType `json:"type"`
+}
+
+// HealthUpdateEventType defines model for HealthUpdateEvent.Type.
+type HealthUpdateEventType string
+
 // Host defines model for Host.
 type Host struct {
 	// Address Admin server address
@@ -404,11 +572,40 @@ type Host struct {
 // Example: alive
 type HostStatus string
 
+// HostChange defines model for HostChange.
+type HostChange struct {
+	// Host Example: box-2
+	Host string `json:"host"`
+
+	// LastSeen Unix ms
+	LastSeen *int64 `json:"last_seen,omitempty"`
+
+	// Status lost: its lease expired; its slots move to other hosts
+	//
+	// Example: lost
+	Status string `json:"status"`
+}
+
 // HostList defines model for HostList.
 type HostList struct {
 	// Hosts Every host seen in the last hour, by id
 	Hosts []Host `json:"hosts"`
 }
+
+// HostUpdateEvent defines model for HostUpdateEvent.
+type HostUpdateEvent struct {
+	Data HostChange `json:"data"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: host:box-2:status
+	Topic string              `json:"topic"`
+	Type  HostUpdateEventType `json:"type"`
+}
+
+// HostUpdateEventType defines model for HostUpdateEvent.Type.
+type HostUpdateEventType string
 
 // Job defines model for Job.
 type Job struct {
@@ -492,6 +689,25 @@ type JobAction struct {
 // JobActionAction Example: retry
 type JobActionAction string
 
+// JobEvent defines model for JobEvent.
+type JobEvent struct {
+	Code       *string  `json:"code,omitempty"`
+	Component  *string  `json:"component,omitempty"`
+	Crashes    *int64   `json:"crashes,omitempty"`
+	DurationMs *int64   `json:"duration_ms,omitempty"`
+	Error      *string  `json:"error,omitempty"`
+	Final      *bool    `json:"final,omitempty"`
+	Id         string   `json:"id"`
+	MaxRetry   int64    `json:"max_retry"`
+	Pid        *int64   `json:"pid,omitempty"`
+	ProcessAt  *int64   `json:"process_at,omitempty"`
+	Progress   *float64 `json:"progress,omitempty"`
+	Queue      string   `json:"queue"`
+	Retried    int64    `json:"retried"`
+	State      string   `json:"state"`
+	TaskType   *string  `json:"task_type,omitempty"`
+}
+
 // JobList defines model for JobList.
 type JobList struct {
 	Jobs []Job `json:"jobs"`
@@ -508,6 +724,21 @@ type JobList struct {
 	// State Example: pending
 	State string `json:"state"`
 }
+
+// JobUpdateEvent defines model for JobUpdateEvent.
+type JobUpdateEvent struct {
+	Data JobEvent `json:"data"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: queue:jobs
+	Topic string             `json:"topic"`
+	Type  JobUpdateEventType `json:"type"`
+}
+
+// JobUpdateEventType defines model for JobUpdateEvent.Type.
+type JobUpdateEventType string
 
 // Liveness defines model for Liveness.
 type Liveness struct {
@@ -623,6 +854,21 @@ type QueueStats struct {
 	Scheduled int64 `json:"scheduled"`
 }
 
+// QueueUpdateEvent defines model for QueueUpdateEvent.
+type QueueUpdateEvent struct {
+	Data Stats `json:"data"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: queue:tag:status
+	Topic string               `json:"topic"`
+	Type  QueueUpdateEventType `json:"type"`
+}
+
+// QueueUpdateEventType defines model for QueueUpdateEvent.Type.
+type QueueUpdateEventType string
+
 // Readiness defines model for Readiness.
 type Readiness struct {
 	// RedisRttMs Round-trip time of a Redis PING, in milliseconds
@@ -635,6 +881,32 @@ type Readiness struct {
 	// Example: ready
 	Status string `json:"status"`
 }
+
+// ResetData defines model for ResetData.
+type ResetData struct {
+	// LastEventId The id the client asked to resume from
+	LastEventId string `json:"last_event_id"`
+
+	// Reason Why it cannot be resumed from
+	//
+	// Example: events after Last-Event-ID were trimmed from the stream
+	Reason string `json:"reason"`
+}
+
+// ResetEvent defines model for ResetEvent.
+type ResetEvent struct {
+	Data ResetData `json:"data"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Empty
+	Topic string         `json:"topic"`
+	Type  ResetEventType `json:"type"`
+}
+
+// ResetEventType defines model for ResetEvent.Type.
+type ResetEventType string
 
 // RolloutResult defines model for RolloutResult.
 type RolloutResult struct {
@@ -666,6 +938,49 @@ type Session struct {
 type SessionRequest struct {
 	// Token The admin token
 	Token string `json:"token"`
+}
+
+// SnapshotEvent defines model for SnapshotEvent.
+type SnapshotEvent struct {
+	// Data By topic: system:health a HealthReport, host:* a Host, queue:status and queue:*:status queue Stats, queue:jobs a JobsSnapshot, job:* a Job
+	Data interface{} `json:"data,omitempty"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: worker:tag:0:status
+	Topic  string            `json:"topic"`
+	Type   SnapshotEventType `json:"type"`
+	Worker *Worker           `json:"worker,omitempty"`
+}
+
+// SnapshotEventType defines model for SnapshotEvent.Type.
+type SnapshotEventType string
+
+// Stats defines model for Stats.
+type Stats struct {
+	Archived int64 `json:"archived"`
+
+	// AvgJobMs Rolling average job duration in milliseconds
+	AvgJobMs float64 `json:"avg_job_ms"`
+
+	// Completed Tasks processed successfully (cumulative)
+	Completed int64 `json:"completed"`
+
+	// EtaSeconds pending × average ÷ live workers; 0 when unknown
+	EtaSeconds float64 `json:"eta_seconds"`
+
+	// Failed Tasks whose processing failed (cumulative)
+	Failed      int64 `json:"failed"`
+	LiveWorkers int64 `json:"live_workers"`
+	Paused      bool  `json:"paused"`
+	Pending     int64 `json:"pending"`
+
+	// Queue Queue name; empty for the aggregate
+	Queue     string `json:"queue"`
+	Retry     int64  `json:"retry"`
+	Running   int64  `json:"running"`
+	Scheduled int64  `json:"scheduled"`
 }
 
 // Worker defines model for Worker.
@@ -799,6 +1114,32 @@ type WorkerLogs struct {
 	Lines []string `json:"lines"`
 }
 
+// WorkerUpdateEvent defines model for WorkerUpdateEvent.
+type WorkerUpdateEvent struct {
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: worker:tag:0:status
+	Topic  string                `json:"topic"`
+	Type   WorkerUpdateEventType `json:"type"`
+	Worker Worker                `json:"worker"`
+}
+
+// WorkerUpdateEventType defines model for WorkerUpdateEvent.Type.
+type WorkerUpdateEventType string
+
+// StreamEventsParams defines parameters for StreamEvents.
+type StreamEventsParams struct {
+	// Topic Topic patterns, repeated (topic=P&topic=Q). Topics: system:health, queue:status, queue:<q>:status, queue:jobs, job:<q>:<task>, worker:<q>:<slot>:status, host:<h>:status. In a pattern * stands for one or more whole segments: worker:*:status is every worker, worker:tag:*:status every worker of tag, queue:*:status every queue (not queue:status). None: every topic.
+	Topic *[]string `form:"topic,omitempty" json:"topic,omitempty"`
+
+	// LastEventId Like the Last-Event-ID header (which wins), for clients that cannot set it
+	LastEventId *string `form:"last_event_id,omitempty" json:"last_event_id,omitempty"`
+
+	// LastEventID Resume after this event: what was missed is replayed from the stream, or, when it has been trimmed, a reset event and a fresh snapshot follow
+	LastEventID *string `json:"Last-Event-ID,omitempty"`
+}
+
 // ListJobsParams defines parameters for ListJobs.
 type ListJobsParams struct {
 	// State Which jobs (archived ones include toxic jobs, with their reason)
@@ -902,6 +1243,21 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 
 // The interface specification for the client above.
 type ClientInterface interface {
+
+	// StreamEvents Live events (SSE)
+	//
+	// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
+	// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
+	// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
+	// last stream entry before it was read), `event` its type and `data` a JSON object
+	// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
+	// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
+	// sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
+	// with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+	// (`POST /api/v1/session`), since EventSource cannot send headers.
+	//
+	// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
+	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealth Cluster health
 	//
@@ -1132,6 +1488,31 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// StreamEvents Live events (SSE)
+//
+// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
+// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
+// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
+// last stream entry before it was read), `event` its type and `data` a JSON object
+// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
+// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
+// sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
+// with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+// (`POST /api/v1/session`), since EventSource cannot send headers.
+//
+// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
+func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewStreamEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // GetHealth Cluster health
@@ -1682,6 +2063,87 @@ func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*ht
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewStreamEventsRequest constructs an http.Request for the StreamEvents method
+func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Topic != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "topic", *params.Topic, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.LastEventId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "last_event_id", *params.LastEventId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.LastEventID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Last-Event-ID", *params.LastEventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Last-Event-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
 }
 
 // NewGetHealthRequest constructs an http.Request for the GetHealth method
@@ -2782,6 +3244,23 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// StreamEventsWithResponse Live events (SSE)
+	//
+	// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
+	// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
+	// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
+	// last stream entry before it was read), `event` its type and `data` a JSON object
+	// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
+	// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
+	// sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
+	// with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+	// (`POST /api/v1/session`), since EventSource cannot send headers.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
+	StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
 	// GetHealthWithResponse Cluster health
 	//
 	// Always 200: the status (healthy, degraded or error), its reasons, the Redis round-trip time and the number of components per status.
@@ -3063,6 +3542,75 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
+}
+
+type StreamEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r StreamEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r StreamEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r StreamEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r StreamEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 type GetHealthResponse struct {
@@ -5234,6 +5782,29 @@ func (r ReadyzResponse) ContentType() string {
 	return ""
 }
 
+// StreamEventsWithResponse Live events (SSE)
+//
+// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
+// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
+// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
+// last stream entry before it was read), `event` its type and `data` a JSON object
+// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
+// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
+// sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
+// with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+// (`POST /api/v1/session`), since EventSource cannot send headers.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
+func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error) {
+	rsp, err := c.StreamEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseStreamEventsResponse(rsp)
+}
+
 // GetHealthWithResponse Cluster health
 //
 // Always 200: the status (healthy, degraded or error), its reasons, the Redis round-trip time and the number of components per status.
@@ -5706,6 +6277,60 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 		return nil, err
 	}
 	return ParseReadyzResponse(rsp)
+}
+
+// ParseStreamEventsResponse parses an HTTP response from a StreamEventsWithResponse call
+func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &StreamEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
 }
 
 // ParseGetHealthResponse parses an HTTP response from a GetHealthWithResponse call

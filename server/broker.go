@@ -1,0 +1,420 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/r3labs/sse/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
+)
+
+// Defaults of SSEConfig (DESIGN.md §10).
+const (
+	SSEMaxClientsDefault = 10_000
+	SSEMaxLagDefault     = 1000
+	SSEKeepAliveDefault  = 15 * time.Second
+	// SSEReadBlockDefault bounds one blocking read of the event stream: a
+	// read returns as soon as an entry arrives; the bound only decides how
+	// long Close waits for the reader.
+	SSEReadBlockDefault = time.Second
+)
+
+// SSEConfig configures the event stream (GET /api/v1/events).
+type SSEConfig struct {
+	// MaxClients caps concurrent event clients; beyond it: 503.
+	MaxClients int
+	// MaxLag is how many events may wait for one client; a client further
+	// behind is disconnected (it resumes with Last-Event-ID).
+	MaxLag int
+	// KeepAlive is the interval of keep-alive comments.
+	KeepAlive time.Duration
+	// ReadBlock bounds one blocking read of the stream (see
+	// SSEReadBlockDefault).
+	ReadBlock time.Duration
+}
+
+func (c SSEConfig) withDefaults() SSEConfig {
+	if c.MaxClients <= 0 {
+		c.MaxClients = SSEMaxClientsDefault
+	}
+	if c.MaxLag <= 0 {
+		c.MaxLag = SSEMaxLagDefault
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = SSEKeepAliveDefault
+	}
+	if c.ReadBlock <= 0 {
+		c.ReadBlock = SSEReadBlockDefault
+	}
+	return c
+}
+
+// subscriberBuffer is r3labs/sse's own channel per subscriber (64 events),
+// behind the stream's buffer: together they hold MaxLag events.
+const subscriberBuffer = 64
+
+// broker reads the event stream with one blocking read at a time and fans
+// every entry out to the clients whose patterns match its topic, through
+// r3labs/sse: one sse stream per connection (a subscriber of a shared
+// stream cannot be addressed alone, and each connection gets its own
+// snapshot), TryPublish so that a client that does not read never blocks
+// the others, AutoReplay off (history comes from the Redis stream).
+type broker struct {
+	cfg      SSEConfig
+	store    *health.Store
+	log      *slog.Logger
+	clock    clock.Clock
+	snapshot func(context.Context, subscription) ([]health.Event, error)
+	// onEntry is told the type and topic of every entry read (health
+	// announcements follow worker and host changes).
+	onEntry func(typ, topic string)
+
+	sse    *sse.Server
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // reader and keep-alive goroutines
+	conns  sync.WaitGroup // connections being served
+	ready  chan struct{}  // closed once pos is known
+
+	mu      sync.Mutex
+	pos     streamID // last entry fanned out
+	groups  map[string]*group
+	clients map[string]*client // by sse stream id
+	nextID  uint64
+	closed  bool
+	serving int // connections admitted (for MaxClients)
+	// readerID is the CLIENT ID of the reader's connection (0: unknown).
+	readerID int64
+	stats    brokerStats
+}
+
+// brokerStats count what the broker did (for tests and metrics).
+type brokerStats struct {
+	Entries int64 // stream entries read
+	Dropped int64 // clients disconnected for lag
+}
+
+// group is the clients of one pattern set: an entry is matched once per
+// group.
+type group struct {
+	sub     subscription
+	clients map[*client]struct{}
+}
+
+func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.Clock,
+	snapshot func(context.Context, subscription) ([]health.Event, error), onEntry func(typ, topic string)) *broker {
+	cfg = cfg.withDefaults()
+	s := sse.New()
+	s.AutoReplay = false
+	s.AutoStream = false
+	buf := cfg.MaxLag - subscriberBuffer
+	if buf < 1 {
+		buf = 1
+	}
+	s.BufferSize = buf
+	b := &broker{
+		cfg: cfg, store: store, log: log, clock: clk, snapshot: snapshot, onEntry: onEntry,
+		sse: s, ready: make(chan struct{}),
+		groups: map[string]*group{}, clients: map[string]*client{},
+	}
+	s.OnSubscribe = b.subscribed
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b
+}
+
+// start runs the reader, the keep-alive ticker, and also (until close)
+// each of also.
+func (b *broker) start(also ...func(context.Context)) {
+	b.wg.Add(2 + len(also))
+	go b.read()
+	go b.keepAlive()
+	for _, f := range also {
+		go func() {
+			defer b.wg.Done()
+			f(b.ctx)
+		}()
+	}
+}
+
+// close disconnects every client, waits for their handlers, and stops the
+// goroutines: streams are closed before the sse server, so that none of
+// r3labs/sse's goroutines is left behind. Safe twice.
+func (b *broker) close() {
+	b.mu.Lock()
+	b.closed = true
+	for _, c := range b.clients {
+		c.drop()
+	}
+	b.mu.Unlock()
+	b.conns.Wait()
+	b.cancel()
+	b.unblock()
+	b.wg.Wait()
+	b.sse.Close()
+}
+
+// acquire admits one more connection, or says why not.
+func (b *broker) acquire() (ok bool, why string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return false, "the admin server is shutting down"
+	case b.serving >= b.cfg.MaxClients:
+		return false, "too many event clients (sse.max_clients = " + itoa(b.cfg.MaxClients) + "); try again later"
+	}
+	b.serving++
+	b.conns.Add(1)
+	return true, ""
+}
+
+func (b *broker) release() {
+	b.mu.Lock()
+	b.serving--
+	b.mu.Unlock()
+	b.conns.Done()
+}
+
+// read is the only reader of the stream: XREAD BLOCK from the last entry
+// it saw, fanning out each batch in order.
+func (b *broker) read() {
+	defer b.wg.Done()
+	key := b.store.Keys().Events()
+	rdb := b.store.Client()
+	backoff := newRetry()
+	for b.ctx.Err() == nil {
+		last, err := lastEntry(b.ctx, rdb, key)
+		if err == nil {
+			b.mu.Lock()
+			b.pos = last
+			b.mu.Unlock()
+			close(b.ready)
+			break
+		}
+		b.log.Warn("events: read the stream's end", "err", err)
+		if !backoff.wait(b.ctx) {
+			return
+		}
+	}
+	pos := b.pos
+	var conn *redis.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	for b.ctx.Err() == nil {
+		if conn == nil {
+			conn = b.dedicated(rdb)
+		}
+		args := &redis.XReadArgs{Streams: []string{key, pos.String()}, Block: b.cfg.ReadBlock, Count: 1000}
+		var res []redis.XStream
+		var err error
+		if conn != nil {
+			res, err = conn.XRead(b.ctx, args).Result()
+		} else {
+			res, err = rdb.XRead(b.ctx, args).Result()
+		}
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if b.ctx.Err() != nil {
+				return
+			}
+			b.log.Warn("events: read the stream", "err", err)
+			if conn != nil {
+				_ = conn.Close()
+				conn = nil
+			}
+			if !backoff.wait(b.ctx) {
+				return
+			}
+			continue
+		}
+		backoff.reset()
+		for _, st := range res {
+			if len(st.Messages) > 0 {
+				b.fanOut(st.Messages)
+				pos = mustID(st.Messages[len(st.Messages)-1].ID)
+			}
+		}
+	}
+}
+
+// dedicated returns a connection of its own for the blocking read, when the
+// client can give one and Redis can unblock it (CLIENT ID, CLIENT UNBLOCK):
+// close then ends the read at once instead of waiting for it to time out.
+func (b *broker) dedicated(rdb redis.UniversalClient) *redis.Conn {
+	cc, ok := rdb.(interface{ Conn() *redis.Conn })
+	if !ok {
+		return nil
+	}
+	conn := cc.Conn()
+	id, err := conn.ClientID(b.ctx).Result()
+	if err != nil { // miniredis has no CLIENT ID: the read times out instead
+		_ = conn.Close()
+		return nil
+	}
+	b.mu.Lock()
+	b.readerID = id
+	b.mu.Unlock()
+	return conn
+}
+
+// unblock ends the reader's blocking read, if Redis can.
+func (b *broker) unblock() {
+	b.mu.Lock()
+	id := b.readerID
+	b.mu.Unlock()
+	if id == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = b.store.Client().ClientUnblock(ctx, id).Err()
+}
+
+// lastEntry returns the id of the stream's last entry (zeroID when empty).
+func lastEntry(ctx context.Context, rdb redis.UniversalClient, key string) (streamID, error) {
+	msgs, err := rdb.XRevRangeN(ctx, key, "+", "-", 1).Result()
+	if err != nil {
+		return zeroID, err
+	}
+	if len(msgs) == 0 {
+		return zeroID, nil
+	}
+	return mustID(msgs[0].ID), nil
+}
+
+// entry is one stream entry as an SSE message.
+type entry struct {
+	id    streamID
+	topic string
+	typ   string
+	ev    *sse.Event
+}
+
+// toEntry turns a stream entry into the SSE message every matching client
+// gets (one allocation per entry, shared by all). Entries that cannot be
+// framed (no topic, data that is not JSON) are skipped.
+func toEntry(m redis.XMessage) (entry, bool) {
+	topic, _ := m.Values["topic"].(string)
+	typ, _ := m.Values["type"].(string)
+	data, _ := m.Values["data"].(string)
+	id, ok := parseStreamID(m.ID)
+	if !ok || topic == "" || typ == "" || data == "" {
+		return entry{}, false
+	}
+	b := []byte(data)
+	if bytes.ContainsAny(b, "\r\n") {
+		// An SSE data line cannot hold a line break: compact the JSON.
+		var buf bytes.Buffer
+		if json.Compact(&buf, b) != nil {
+			return entry{}, false
+		}
+		b = buf.Bytes()
+	}
+	return entry{id: id, topic: topic, typ: typ, ev: &sse.Event{ID: []byte(m.ID), Event: []byte(typ), Data: b}}, true
+}
+
+// fanOut publishes entries, in order, to every joined client that matches
+// and has not seen them yet. It never blocks on a client: one whose buffer
+// is full is dropped.
+func (b *broker) fanOut(msgs []redis.XMessage) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range msgs {
+		e, ok := toEntry(m)
+		if !ok {
+			if id, ok := parseStreamID(m.ID); ok && id.cmp(b.pos) > 0 {
+				b.pos = id
+			}
+			continue
+		}
+		b.stats.Entries++
+		for _, g := range b.groups {
+			if !g.sub.match(e.topic) {
+				continue
+			}
+			for c := range g.clients {
+				if e.id.cmp(c.from) <= 0 {
+					continue // sent by the client's own catch-up
+				}
+				if !b.sse.TryPublish(c.id, e.ev) {
+					b.lagged(c)
+				}
+			}
+		}
+		b.pos = e.id
+		if b.onEntry != nil {
+			b.onEntry(e.typ, e.topic)
+		}
+	}
+}
+
+// lagged drops a client whose buffer is full (mu held).
+func (b *broker) lagged(c *client) {
+	b.stats.Dropped++
+	b.log.Info("events: disconnecting a client that fell behind", "client", c.id, "max_lag", b.cfg.MaxLag, "remote", c.remote)
+	b.leave(c)
+	c.drop()
+}
+
+// keepAliveEvent is the comment sent every KeepAlive.
+var keepAliveEvent = &sse.Event{Comment: []byte("keep-alive")}
+
+func (b *broker) keepAlive() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.cfg.KeepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		for _, c := range b.clients {
+			if c.joined && !b.sse.TryPublish(c.id, keepAliveEvent) {
+				b.lagged(c)
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+// snapshotStats returns the counters.
+func (b *broker) snapshotStats() brokerStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
+}
+
+// retry is a capped exponential backoff for Redis errors.
+type retry struct{ d time.Duration }
+
+func newRetry() *retry { return &retry{d: 50 * time.Millisecond} }
+
+func (r *retry) reset() { r.d = 50 * time.Millisecond }
+
+// wait sleeps the current delay (false if ctx ended) and doubles it.
+func (r *retry) wait(ctx context.Context) bool {
+	t := time.NewTimer(r.d)
+	defer t.Stop()
+	r.d = min(2*r.d, 2*time.Second)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,344 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/r3labs/sse/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// replayPage is how many stream entries a catch-up reads at a time.
+const replayPage = 500
+
+// client is one connection to GET /api/v1/events.
+type client struct {
+	id     string // its own sse stream
+	sub    subscription
+	remote string
+	cancel context.CancelFunc
+	rc     *http.ResponseController
+	// subscribedCh is closed once r3labs/sse has registered the
+	// connection's subscriber: nothing published before reaches it.
+	subscribedCh chan struct{}
+	subOnce      sync.Once
+	dropOnce     sync.Once
+
+	// Set under the broker's mu when the client joins the live fan-out:
+	// entries up to from reached it through its own catch-up.
+	joined bool
+	from   streamID
+}
+
+// drop ends the connection: its context ends (r3labs/sse then removes the
+// subscriber and its handler returns) and a write stuck on a client that
+// does not read fails at once.
+func (c *client) drop() {
+	c.dropOnce.Do(func() {
+		c.cancel()
+		_ = c.rc.SetWriteDeadline(time.Now())
+	})
+}
+
+// subscribed is r3labs/sse's OnSubscribe hook.
+func (b *broker) subscribed(streamID string, _ *sse.Subscriber) {
+	b.mu.Lock()
+	found := b.clients[streamID]
+	b.mu.Unlock()
+	if found != nil {
+		found.subOnce.Do(func() { close(found.subscribedCh) })
+	}
+}
+
+// serve streams events to one client until it goes away, is dropped, or
+// the broker closes. The caller has acquired a place for it. lastID is the
+// Last-Event-ID it resumes from ("" for a fresh snapshot).
+func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription, lastID string) {
+	defer b.release()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: http.NewResponseController(w), subscribedCh: make(chan struct{})}
+	// An event stream outlives any server-wide write timeout.
+	_ = c.rc.SetWriteDeadline(time.Time{})
+	p, err := b.plan(ctx, lastID)
+	if err != nil {
+		writeProblem(w, http.StatusServiceUnavailable, "read the event stream: "+err.Error())
+		return
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		writeProblem(w, http.StatusServiceUnavailable, "the admin server is shutting down")
+		return
+	}
+	b.nextID++
+	c.id = strconv.FormatUint(b.nextID, 10)
+	b.clients[c.id] = c
+	b.mu.Unlock()
+	b.sse.CreateStream(c.id)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.join(ctx, c, p)
+	}()
+	// Returns once ctx ends: r3labs/sse deregisters the subscriber, which
+	// closes its channel. Its stream is removed only after that, or one of
+	// its goroutines would wait forever to deregister.
+	b.sse.ServeHTTP(w, sseRequest(r.WithContext(ctx), c.id))
+	cancel()
+	b.mu.Lock()
+	b.leave(c)
+	delete(b.clients, c.id)
+	b.mu.Unlock()
+	b.sse.RemoveStream(c.id) // ends a Publish of join that waits for room
+	<-done
+}
+
+// sseRequest is r as r3labs/sse expects it: its stream named in the query,
+// and no Last-Event-ID (it wants a number; ours are stream ids, handled by
+// join).
+func sseRequest(r *http.Request, stream string) *http.Request {
+	u := *r.URL
+	u.RawQuery = url.Values{"stream": {stream}}.Encode()
+	r.URL = &u
+	r.Header = r.Header.Clone()
+	r.Header.Del("Last-Event-ID")
+	return r
+}
+
+// leave takes c out of the live fan-out (mu held).
+func (b *broker) leave(c *client) {
+	if !c.joined {
+		return
+	}
+	c.joined = false
+	if g := b.groups[c.sub.key]; g != nil {
+		delete(g.clients, c)
+		if len(g.clients) == 0 {
+			delete(b.groups, c.sub.key)
+		}
+	}
+}
+
+// join sends the client its start: a snapshot (or, resuming, what it
+// missed; or reset and a snapshot when that is gone), then catches up with
+// the stream and enters the live fan-out with no gap and no duplicate.
+func (b *broker) join(ctx context.Context, c *client, p plan) {
+	select {
+	case <-c.subscribedCh:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-b.ready:
+	case <-ctx.Done():
+		return
+	}
+	cursor := p.cursor
+	if err := b.begin(ctx, c, p); err != nil {
+		if ctx.Err() == nil {
+			b.log.Warn("events: start a client", "client", c.id, "err", err)
+			c.drop()
+		}
+		return
+	}
+	rdb, key := b.store.Client(), b.store.Keys().Events()
+	// Catch up outside the lock, a page at a time, with a Publish that
+	// waits for the client (it only delays this client).
+	for range 64 {
+		b.mu.Lock()
+		behind := cursor.cmp(b.pos) < 0
+		if !behind {
+			b.enter(c, cursor)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		next, n, err := b.replay(ctx, rdb, key, c, cursor, replayPage, false)
+		if err != nil {
+			if ctx.Err() == nil {
+				b.log.Warn("events: catch up a client", "client", c.id, "err", err)
+				c.drop()
+			}
+			return
+		}
+		cursor = next
+		if n == 0 {
+			break // what lies between was trimmed meanwhile; nothing to send
+		}
+	}
+	// The last stretch under the lock, so that no entry slips between the
+	// catch-up and the fan-out; TryPublish, as the fan-out does.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cursor.cmp(b.pos) < 0 {
+		next, _, err := b.replay(ctx, rdb, key, c, cursor, 0, true)
+		if err != nil {
+			if ctx.Err() == nil {
+				b.log.Warn("events: catch up a client", "client", c.id, "err", err)
+			}
+			c.drop()
+			return
+		}
+		cursor = next
+	}
+	if ctx.Err() == nil {
+		b.enter(c, cursor)
+	}
+}
+
+// enter adds c to the live fan-out from cursor on (mu held).
+func (b *broker) enter(c *client, cursor streamID) {
+	if b.clients[c.id] != c || b.closed {
+		return
+	}
+	c.joined, c.from = true, cursor
+	g := b.groups[c.sub.key]
+	if g == nil {
+		g = &group{sub: c.sub, clients: map[*client]struct{}{}}
+		b.groups[c.sub.key] = g
+	}
+	g.clients[c] = struct{}{}
+}
+
+// replay sends c the matching entries after cursor (at most count; 0 =
+// all up to the broker's position) and returns the id of the last entry
+// read. With try, it must not wait (mu is held): a full buffer drops c.
+func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key string, c *client, cursor streamID, count int64, try bool) (streamID, int, error) {
+	start := "(" + cursor.String()
+	var msgs []redis.XMessage
+	var err error
+	if count > 0 {
+		msgs, err = rdb.XRangeN(ctx, key, start, "+", count).Result()
+	} else {
+		msgs, err = rdb.XRange(ctx, key, start, b.pos.String()).Result()
+	}
+	if err != nil {
+		return cursor, 0, err
+	}
+	for _, m := range msgs {
+		e, ok := toEntry(m)
+		if id, idOK := parseStreamID(m.ID); idOK {
+			cursor = id
+		}
+		if !ok || !c.sub.match(e.topic) {
+			continue
+		}
+		if try {
+			if !b.sse.TryPublish(c.id, e.ev) {
+				b.lagged(c)
+				return cursor, len(msgs), nil
+			}
+			continue
+		}
+		if !b.publish(ctx, c, e.ev) {
+			return cursor, len(msgs), ctx.Err()
+		}
+	}
+	return cursor, len(msgs), nil
+}
+
+// publish sends ev to c, waiting for room; false once c is gone.
+func (b *broker) publish(ctx context.Context, c *client, ev *sse.Event) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	b.sse.Publish(c.id, ev) // returns when queued, or when the stream is removed
+	return ctx.Err() == nil
+}
+
+// plan decides, before the response starts, where a client's catch-up
+// begins, so that every change written after it saw the response reaches
+// it: after lastID when the stream still holds everything after it; else
+// (no lastID, or one that is unknown or trimmed) at the stream's end as it
+// is now, with a fresh snapshot (after a reset event when the client asked
+// to resume).
+type plan struct {
+	cursor   streamID
+	snapshot bool
+	reset    string // why lastID cannot be resumed from
+	lastID   string
+}
+
+func (b *broker) plan(ctx context.Context, lastID string) (plan, error) {
+	rdb, key := b.store.Client(), b.store.Keys().Events()
+	p := plan{lastID: lastID, snapshot: true}
+	if lastID != "" {
+		from, ok := parseStreamID(lastID)
+		if !ok {
+			p.reset = "Last-Event-ID is not a stream id"
+		} else {
+			pipe := rdb.Pipeline()
+			first := pipe.XRangeN(ctx, key, "-", "+", 1)
+			last := pipe.XRevRangeN(ctx, key, "+", "-", 1)
+			if _, err := pipe.Exec(ctx); err != nil {
+				return p, err
+			}
+			switch f, l := first.Val(), last.Val(); {
+			case len(l) == 0 && from == zeroID:
+				return plan{cursor: from}, nil
+			case len(l) == 0:
+				p.reset = "the event stream is empty (Redis lost its data?)"
+			case from.cmp(mustID(l[0].ID)) > 0:
+				p.reset = "Last-Event-ID is newer than the stream's last event (another Redis?)"
+			case from.cmp(mustID(f[0].ID)) < 0:
+				p.reset = "events after Last-Event-ID were trimmed from the stream"
+			default:
+				return plan{cursor: from}, nil
+			}
+		}
+	}
+	var err error
+	p.cursor, err = lastEntry(ctx, rdb, key)
+	return p, err
+}
+
+// begin sends what comes before the catch-up: the reset event and the
+// snapshot, if the plan has them, with the cursor's id.
+func (b *broker) begin(ctx context.Context, c *client, p plan) error {
+	if !p.snapshot {
+		return nil
+	}
+	id := []byte(p.cursor.String())
+	now := b.clock.Now().UnixMilli()
+	if p.reset != "" {
+		data, _ := json.Marshal(ResetData{LastEventID: truncate(p.lastID, 64), Reason: p.reset})
+		ev, _ := json.Marshal(health.Event{Type: health.EventReset, Timestamp: now, Data: data})
+		if !b.publish(ctx, c, &sse.Event{ID: id, Event: []byte(health.EventReset), Data: ev}) {
+			return ctx.Err()
+		}
+	}
+	events, err := b.snapshot(ctx, c.sub)
+	if err != nil {
+		return err
+	}
+	for _, e := range events {
+		e.Type = health.EventSnapshot
+		if e.Timestamp == 0 {
+			e.Timestamp = now
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if !b.publish(ctx, c, &sse.Event{ID: id, Event: []byte(health.EventSnapshot), Data: data}) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// ResetData is the payload of a reset event: the client's Last-Event-ID
+// could not be resumed from, and a fresh snapshot follows.
+type ResetData struct {
+	LastEventID string `json:"last_event_id" doc:"The id the client asked to resume from"`
+	Reason      string `json:"reason" example:"events after Last-Event-ID were trimmed from the stream" doc:"Why it cannot be resumed from"`
+}

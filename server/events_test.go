@@ -1,0 +1,437 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/server"
+)
+
+// TestEventsSnapshotThenDeltas: one snapshot per matching topic that
+// exists, all with the id of the stream's last entry, then the matching
+// deltas in stream order.
+func TestEventsSnapshotThenDeltas(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.seed(h.id(0), health.StatusHealthy, nil)
+	h.seed(h.id(1), health.StatusCrashed, func(c *health.Component) { c.ExitCode, c.HasExit = 137, true })
+	h.seed(health.ComponentID{Queue: h.q2, Slot: 0}, health.StatusHealthy, nil)
+	before := h.emit("queue:status", "before")
+	base := serveHTTP(t, h.h)
+
+	c := subscribe(t, base, []string{"worker:" + h.q1 + ":*:status", "queue:*:status"}, "")
+	want := []string{"queue:" + h.q1 + ":status", "queue:" + h.q2 + ":status", h.id(0).Topic(), h.id(1).Topic()}
+	if h.q2 < h.q1 {
+		want[0], want[1] = want[1], want[0]
+	}
+	for i, topic := range want {
+		m := c.next()
+		e := m.event(t)
+		// The id is the stream's end when the snapshot was read: ours, or
+		// a health announcement's after it.
+		if i == 0 && idBefore(mustParseID(t, m.ID), mustParseID(t, before)) {
+			t.Fatalf("snapshot id %s is before the last event %s", m.ID, before)
+		}
+		if i == 0 {
+			before = m.ID
+		}
+		if m.Event != "snapshot" || e.Type != "snapshot" || e.Topic != topic || m.ID != before {
+			t.Fatalf("message %d: %s %s id %s, want snapshot of %s with id %s", i, m.Event, e.Topic, m.ID, topic, before)
+		}
+		if strings.HasPrefix(topic, "worker:") && (e.Worker == nil || e.Worker.Component+":status" != topic) {
+			t.Errorf("worker snapshot %s: %s", topic, m.Data)
+		}
+		if strings.HasPrefix(topic, "queue:") && !strings.Contains(string(e.Data), `"pending":0`) {
+			t.Errorf("queue snapshot %s: %s", topic, m.Data)
+		}
+	}
+
+	// Deltas: only the matching ones, in order.
+	var ids []string
+	for i := range 5 {
+		h.emit("worker:"+h.q2+":0:status", "not mine")
+		ids = append(ids, h.emit(h.id(i%2).Topic(), fmt.Sprint("delta ", i)))
+		h.emit("queue:status", "not mine either")
+		h.emit("queue:"+h.q1+":status", fmt.Sprint("queue ", i))
+	}
+	for i := range 5 {
+		m := c.next()
+		if m.ID != ids[i] || m.Event != "action" || !strings.Contains(m.Data, fmt.Sprint("delta ", i)) {
+			t.Fatalf("delta %d: %+v, want id %s", i, m, ids[i])
+		}
+		if m := c.next(); !strings.Contains(m.Data, fmt.Sprint("queue ", i)) {
+			t.Fatalf("queue delta %d: %+v", i, m)
+		}
+	}
+}
+
+// TestEventsSnapshotOfEverything: with no topic, every kind of topic that
+// exists comes in the snapshot.
+func TestEventsSnapshotOfEverything(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.seed(h.id(0), health.StatusHealthy, nil)
+	if err := h.store.WriteHost(ctx(t), health.Host{ID: "box-1", PID: 1, StartedAt: time.Now(), SeenAt: time.Now()}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	base := serveHTTP(t, h.h)
+	c := subscribe(t, base, nil, "")
+	seen := map[string]health.Event{}
+	var id string
+	for range 7 { // health, host, queue:status, 2 queues, 1 worker, queue:jobs
+		m := c.next()
+		if m.Event != "snapshot" || (id != "" && m.ID != id) {
+			t.Fatalf("%+v: want a snapshot with id %s", m, id)
+		}
+		id = m.ID
+		e := m.event(t)
+		seen[e.Topic] = e
+	}
+	for _, topic := range []string{"system:health", "host:box-1:status", "queue:status", "queue:" + h.q1 + ":status", "queue:" + h.q2 + ":status", h.id(0).Topic(), "queue:jobs"} {
+		if _, ok := seen[topic]; !ok {
+			t.Errorf("no snapshot of %s (got %v)", topic, seen)
+		}
+	}
+	var rep server.HealthReport
+	if err := json.Unmarshal(seen["system:health"].Data, &rep); err != nil || rep.Status == "" {
+		t.Errorf("health snapshot %s: %v", seen["system:health"].Data, err)
+	}
+	var host server.Host
+	if err := json.Unmarshal(seen["host:box-1:status"].Data, &host); err != nil || host.ID != "box-1" || host.Status != "alive" {
+		t.Errorf("host snapshot %s: %v", seen["host:box-1:status"].Data, err)
+	}
+}
+
+// TestEventsResumeNoGapNoDuplicate: a client that resumes with the id of
+// the last event it got, while events keep coming, gets every later
+// matching event exactly once, in order.
+func TestEventsResumeNoGapNoDuplicate(t *testing.T) {
+	h := newHarness(t, setup{})
+	base := serveHTTP(t, h.h)
+	topic := h.id(0).Topic()
+	h.emit(topic, "first")
+	c := subscribe(t, base, []string{topic}, "") // no record: no snapshot
+	for i := range 10 {
+		h.emit(topic, fmt.Sprint("live ", i))
+		h.emit("worker:"+h.q2+":0:status", "other")
+	}
+	var last string
+	for range 10 {
+		last = c.next().ID
+	}
+	c.close()
+
+	// Events keep coming while the client is away and while it resumes.
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 300 {
+			h.emit(topic, fmt.Sprint("later ", i))
+			if i%3 == 0 {
+				h.emit("worker:"+h.q2+":0:status", "other")
+			}
+		}
+	}()
+	c2 := subscribe(t, base, []string{topic}, last)
+	wg.Wait()
+	end := h.emit(topic, "end")
+
+	want, err := h.redis.Client.XRange(ctx(t), h.store.Keys().Events(), "("+last, end).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantIDs []string
+	for _, m := range want {
+		if m.Values["topic"] == topic {
+			wantIDs = append(wantIDs, m.ID)
+		}
+	}
+	if len(wantIDs) != 301 {
+		t.Fatalf("%d events after %s, want 301", len(wantIDs), last)
+	}
+	for i, id := range wantIDs {
+		m := c2.next()
+		if m.Event == "snapshot" || m.Event == "reset" {
+			t.Fatalf("resume sent a %s", m.Event)
+		}
+		if m.ID != id {
+			t.Fatalf("event %d: id %s, want %s (gap or duplicate)", i, m.ID, id)
+		}
+	}
+}
+
+// TestEventsTrimmedResets: resuming from an id the stream no longer holds
+// gives reset, then a fresh snapshot with the current end's id, then
+// deltas.
+func TestEventsTrimmedResets(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.seed(h.id(0), health.StatusHealthy, nil)
+	base := serveHTTP(t, h.h)
+	topic := h.id(0).Topic()
+	old := h.emit(topic, "old")
+	for range 20 {
+		h.emit(topic, "filler")
+	}
+	if err := h.redis.Client.XTrimMaxLen(ctx(t), h.store.Keys().Events(), 5).Err(); err != nil {
+		t.Fatal(err)
+	}
+	end := mustParseID(t, h.lastID())
+	for _, lastID := range []string{old, "not-an-id", "99999999999999-0"} {
+		c := subscribe(t, base, []string{topic}, lastID)
+		m := c.next()
+		var e struct {
+			Type string           `json:"type"`
+			Data server.ResetData `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(m.Data), &e); err != nil || m.Event != "reset" || e.Type != "reset" || idBefore(mustParseID(t, m.ID), end) || e.Data.LastEventID != lastID || e.Data.Reason == "" {
+			t.Fatalf("Last-Event-ID %s: first message %+v (%v), want reset with the stream's end as id", lastID, m, err)
+		}
+		if s := c.next(); s.Event != "snapshot" || s.ID != m.ID || s.event(t).Topic != topic {
+			t.Fatalf("after reset: %+v", s)
+		}
+		id := h.emit(topic, "after")
+		if m := c.next(); m.ID != id {
+			t.Fatalf("delta after the snapshot: %+v, want id %s", m, id)
+		}
+		c.close()
+	}
+}
+
+// TestEventsSlowClientDropped: a client that never reads is disconnected
+// once max_lag events wait for it, while a reading client gets every event.
+func TestEventsSlowClientDropped(t *testing.T) {
+	h := newHarness(t, setup{cfg: func(c *server.Config) { c.SSE.MaxLag = 100 }})
+	base := serveHTTP(t, h.h)
+	topic := h.id(0).Topic()
+	h.emit(topic, "start")
+
+	// The sleeper sends its request and never reads a byte.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\n\r\n", topic)
+	reader := subscribe(t, base, []string{topic}, "")
+
+	// Big events fill the sleeper's socket buffers, then its max_lag.
+	pad := strings.Repeat("x", 64<<10)
+	const n = 600
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = h.emit(topic, pad)
+	}
+	for i := range n {
+		if m := reader.next(); m.ID != ids[i] {
+			t.Fatalf("reader: event %d id %s, want %s", i, m.ID, ids[i])
+		}
+	}
+	// The sleeper's connection was closed: reading it now reaches EOF
+	// rather than waiting for more.
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); err != nil {
+		t.Fatalf("the client that never read was not disconnected: %v", err)
+	}
+}
+
+// TestEventsAcrossServers: a change made through one admin server reaches
+// an event client of another on the same Redis.
+func TestEventsAcrossServers(t *testing.T) {
+	h := newHarness(t, setup{})
+	other, err := server.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	c := subscribe(t, serveHTTP(t, other), []string{"queue:*:status"}, "")
+	c.next()
+	c.next() // the two queues' snapshots
+	if rec := h.post("/api/v1/queues/"+h.q1+"/pause", ""); rec.Code != http.StatusOK {
+		t.Fatalf("pause: %d %s", rec.Code, rec.Body)
+	}
+	m := c.nextOf("action")
+	e := m.event(t)
+	if e.Topic != "queue:"+h.q1+":status" || e.Action == nil || e.Action.Action != "pause" {
+		t.Fatalf("%+v", m)
+	}
+}
+
+// TestEventsHealthAnnouncedOnce: a worker change that changes the health
+// gives one health_update, however many admin servers watch.
+func TestEventsHealthAnnouncedOnce(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.seed(h.id(0), health.StatusHealthy, nil)
+	other, err := server.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	base := serveHTTP(t, h.h)
+	c := subscribe(t, base, []string{"system:health"}, "")
+	if m := c.next(); m.Event != "snapshot" {
+		t.Fatalf("%+v", m)
+	}
+	crashed := health.Component{ID: h.id(0), Status: health.StatusCrashed, Host: "box-1", ExitCode: 137, HasExit: true, UpdatedAt: time.Now()}
+	if _, err := h.store.Write(ctx(t), crashed, health.Write{NoCheck: true}); err != nil {
+		t.Fatal(err)
+	}
+	var rep server.HealthReport
+	for rep.Status != server.StatusDegraded {
+		m := c.nextOf("health_update")
+		e := m.event(t)
+		if err := json.Unmarshal(e.Data, &rep); err != nil || e.Topic != "system:health" {
+			t.Fatalf("%+v: %v", m, err)
+		}
+	}
+	if !strings.Contains(strings.Join(rep.Reasons, ";"), h.id(0).String()) {
+		t.Errorf("reasons %v do not name %s", rep.Reasons, h.id(0))
+	}
+	// One more change, seen by both servers' brokers, after which the
+	// stream must hold one announcement per change.
+	crashed.Status = health.StatusStarting
+	if _, err := h.store.Write(ctx(t), crashed, health.Write{NoCheck: true}); err != nil {
+		t.Fatal(err)
+	}
+	for rep.Status == server.StatusDegraded && strings.Contains(strings.Join(rep.Reasons, ";"), "crashed") {
+		if err := json.Unmarshal(c.nextOf("health_update").event(t).Data, &rep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := h.redis.Client.XRange(ctx(t), h.store.Keys().Events(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, m := range all {
+		if m.Values["type"] != health.EventHealth {
+			continue
+		}
+		var e health.Event
+		_ = json.Unmarshal([]byte(m.Values["data"].(string)), &e)
+		var r server.HealthReport
+		_ = json.Unmarshal(e.Data, &r)
+		key := r.Status + strings.Join(r.Reasons, ";")
+		seen[key]++
+	}
+	for k, n := range seen {
+		if n > 1 {
+			t.Errorf("health %q announced %d times in a row", k, n)
+		}
+	}
+}
+
+// TestEventsClientCap: past sse.max_clients, 503.
+func TestEventsClientCap(t *testing.T) {
+	h := newHarness(t, setup{cfg: func(c *server.Config) { c.SSE.MaxClients = 2 }})
+	base := serveHTTP(t, h.h)
+	a := subscribe(t, base, []string{"system:health"}, "")
+	subscribe(t, base, []string{"system:health"}, "")
+	if _, status := trySubscribe(t, base, []string{"system:health"}, ""); status != http.StatusServiceUnavailable {
+		t.Fatalf("third client: %d, want 503", status)
+	}
+	a.close()
+	// The place is given back once the first client's handler returned.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, status := trySubscribe(t, base, []string{"system:health"}, "")
+		if status == http.StatusOK {
+			c.close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed client's place was not given back: %d", status)
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestEventsKeepAlive: comments come every keepalive.
+func TestEventsKeepAlive(t *testing.T) {
+	h := newHarness(t, setup{cfg: func(c *server.Config) { c.SSE.KeepAlive = 50 * time.Millisecond }})
+	c := subscribe(t, serveHTTP(t, h.h), []string{"nothing:here"}, "")
+	for range 2 {
+		if m := c.nextAny(); m.Comment != "keep-alive" {
+			t.Fatalf("%+v, want a keep-alive comment", m)
+		}
+	}
+}
+
+// TestEventsBadInput: malformed patterns are 422 problems.
+func TestEventsBadInput(t *testing.T) {
+	h := newHarness(t, setup{})
+	for _, q := range []string{"topic=worker:ta*g", "topic=a::b", "topic=" + strings.Repeat("a", 300)} {
+		rec := h.do(req{method: http.MethodGet, path: "/api/v1/events?" + q})
+		wantProblem(t, rec, http.StatusUnprocessableEntity)
+	}
+}
+
+// TestEventsCloseWithClients: Close ends every stream (the clients see the
+// end), and later requests answer 503.
+func TestEventsCloseWithClients(t *testing.T) {
+	h := newHarness(t, setup{})
+	srv, err := server.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveHTTP(t, srv)
+	var cs []*sseClient
+	for range 5 {
+		cs = append(cs, subscribe(t, base, nil, ""))
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if !c.ended() {
+			t.Fatal("a stream outlived Close")
+		}
+	}
+	if _, status := trySubscribe(t, base, nil, ""); status != http.StatusServiceUnavailable {
+		t.Fatalf("after Close: %d", status)
+	}
+	_ = srv.Close()
+}
+
+// TestEventsRedisDown: a broker whose Redis does not answer still closes.
+func TestEventsRedisDown(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer rdb.Close()
+	srv, err := server.New(server.Config{Store: health.NewStore(rdb, "", 0), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _ = srv.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-c.Done():
+		t.Fatal("Close hung")
+	}
+}
+
+// mustParseID parses a stream id into its two numbers, which compare
+// like the ids.
+func mustParseID(tb testing.TB, id string) [2]uint64 {
+	tb.Helper()
+	var v [2]uint64
+	if _, err := fmt.Sscanf(id, "%d-%d", &v[0], &v[1]); err != nil {
+		tb.Fatalf("stream id %q: %v", id, err)
+	}
+	return v
+}
+
+func idBefore(a, b [2]uint64) bool { return a[0] < b[0] || (a[0] == b[0] && a[1] < b[1]) }
