@@ -341,3 +341,54 @@ func TestClusterHostSIGKILL(t *testing.T) {
 	waitSpread(t, store, 6, []string{"a", "b", "c"}, 2)
 	t.Logf("host c restarted with the same id: back in the spread after %s", time.Since(rejoin).Round(time.Millisecond))
 }
+
+// TestHostRestartedAfterSIGKILLComesBackAtOnce: a host SIGKILLed and started
+// again with the same id on this machine does not wait for its old record
+// or leases to expire (DESIGN.md §11, first rule): its slots run again as
+// soon as the old workers are gone, restarts not counted.
+func TestHostRestartedAfterSIGKILLComesBackAtOnce(t *testing.T) {
+	env := testredis.New(t)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	const lease = time.Minute // far longer than the test may take
+	start := func() *exec.Cmd {
+		cmd := exec.Command(testSupervisor, "-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
+			"-workers", "2", "-host", "x", "-lease", lease.String(), "-cluster")
+		var stderr syncBuf
+		cmd.Stderr = &stderr
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("host x's log:\n%s", stderr.b.String())
+			}
+		})
+		if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
+			t.Fatalf("host x did not start: %q\n%s", line, stderr.b.String())
+		}
+		return cmd
+	}
+	first := start()
+	before := map[health.ComponentID]int{}
+	for _, id := range ids("q", 2) {
+		before[id] = waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
+	}
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	again := time.Now()
+	start()
+	for _, id := range ids("q", 2) {
+		c := waitForWithin(t, store, id, func(c health.Component) bool {
+			return c.Status == health.StatusHealthy && c.PID != before[id]
+		}, lease/2)
+		if c.Restarts.LifetimeRestarts != 0 {
+			t.Errorf("%s: %d restarts counted for the host's own restart", id, c.Restarts.LifetimeRestarts)
+		}
+	}
+	t.Logf("host x back with its slots %s after its restart (lease %s)", time.Since(again).Round(time.Millisecond), lease)
+}
