@@ -15,6 +15,11 @@ const AsynqVersion = "v0.26.0"
 // Redis Cluster hash tags: every key of q, and Vigil's per-task keys of q,
 // share one slot.
 func asynqQueuePrefix(q string) string { return "asynq:{" + q + "}:" }
+
+// asynqAllQueuesKey is the set of the queues asynq knows: its Inspector
+// answers "queue not found" for a queue missing from it.
+const asynqAllQueuesKey = "asynq:queues"
+
 func asynqPendingKey(q string) string  { return asynqQueuePrefix(q) + "pending" }
 func asynqActiveKey(q string) string   { return asynqQueuePrefix(q) + "active" }
 func asynqLeaseKey(q string) string    { return asynqQueuePrefix(q) + "lease" }

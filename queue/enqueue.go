@@ -106,7 +106,7 @@ func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts .
 	if at, ok := optValue[time.Time](opts, asynq.ProcessAtOpt); ok && at.After(now) {
 		ev.ProcessAt = at.UnixMilli()
 	}
-	if err := c.announce(ctx, now, ev); err != nil {
+	if err := c.announce(ctx, now, ev, q); err != nil {
 		return nil, fmt.Errorf("enqueue %s task to %s: announce it: %w", task.Type(), q, err)
 	}
 	info, err := c.c.EnqueueContext(ctx, task, opts...)
@@ -124,8 +124,16 @@ func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts .
 	return info, nil
 }
 
-func (c *Client) announce(ctx context.Context, at time.Time, ev JobEvent) error {
+// announce writes ev; with register, it also lists that queue in asynq's
+// index of queues, in the same round trip. asynq's client does that only
+// the first time a process enqueues to a queue, so after Redis lost its
+// data the queue would stay unknown to asynq's Inspector (the API showing
+// zero counts while tasks wait) until some enqueuing process restarted.
+func (c *Client) announce(ctx context.Context, at time.Time, ev JobEvent, register ...string) error {
 	pipe := c.store.Client().Pipeline()
+	for _, q := range register {
+		pipe.SAdd(ctx, asynqAllQueuesKey, q)
+	}
 	jobEvents(ctx, c.store, pipe, at, ev)
 	_, err := pipe.Exec(ctx)
 	return err

@@ -124,3 +124,25 @@ func TestEnqueueKeepsAsynqOptions(t *testing.T) {
 		t.Fatalf("created event %+v", ev)
 	}
 }
+
+// TestEnqueueRegistersTheQueueAgain: asynq's client lists a queue in its
+// index only on a process's first enqueue to it; after Redis lost its data
+// the queue would stay unknown to asynq's Inspector. Each Enqueue lists it.
+func TestEnqueueRegistersTheQueueAgain(t *testing.T) {
+	e := newQEnv(t)
+	c := e.client()
+	e.enqueue(c, "t", "")
+	ctx := context.Background()
+	// What Redis losing its data does to the index.
+	if err := e.Client.SRem(ctx, "asynq:queues", e.q).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.insp.GetQueueInfo(e.q); err == nil {
+		t.Fatal("GetQueueInfo found a queue missing from the index")
+	}
+	e.enqueue(c, "t", "")
+	info, err := e.insp.GetQueueInfo(e.q)
+	if err != nil || info.Pending != 2 {
+		t.Fatalf("after a second enqueue by the same client: %+v, %v", info, err)
+	}
+}
