@@ -76,6 +76,16 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 	return s.applyPoolSizes(ctx)
 }
 
+// listed reports whether host id is among hosts and alive.
+func listed(hosts []health.Host, id string) bool {
+	for _, h := range hosts {
+		if h.ID == id {
+			return h.Alive
+		}
+	}
+	return false
+}
+
 func pidAlive(pid int) bool {
 	if pid <= 0 {
 		return false
@@ -258,6 +268,21 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	hosts, err := s.store.Hosts(ctx)
 	if err != nil {
 		return err
+	}
+	// This host's record is written every tick with a lease as its TTL: if
+	// it is gone although no call failed since, Redis lost its data (a
+	// restart without persistence, a failover to an empty replica). Write
+	// the state again from the live processes and the config, as after an
+	// outage that was noticed.
+	if !first && !listed(hosts, s.cfg.Host) {
+		s.log.Warn("this host's record is gone from Redis: it lost its data; writing the state again")
+		if err := s.applyPoolSizes(ctx); err != nil {
+			return err
+		}
+		s.rewriteState("state written again after Redis lost its data")
+		if s.redisDown {
+			return nil
+		}
 	}
 	// 3. Release what we should not hold: slots beyond a shrunk pool, all
 	// of them while draining.
@@ -520,7 +545,10 @@ func (s *Supervisor) leaderTick(ctx context.Context, hosts []health.Host, contro
 	now := s.cfg.Clock.Now()
 	for _, h := range hosts {
 		f := fieldLostPrefix + h.ID
-		if h.Alive {
+		// This host is alive whatever its record says: the record expires
+		// during a Redis outage longer than a lease, and this tick, which
+		// reads the hosts before writing its own record, is the first after.
+		if h.Alive || h.ID == s.cfg.Host {
 			if _, was := control[f]; was {
 				s.store.Client().HDel(ctx, keys.Control(), f)
 			}

@@ -1,6 +1,8 @@
 package supervisor_test
 
 import (
+	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -138,5 +140,85 @@ func TestRedisOutageCrashCounted(t *testing.T) {
 	}
 	if c := h.get(id[1]); c.PID != before[1].PID || c.Status != health.StatusHealthy || c.Restarts.LifetimeRestarts != 0 {
 		t.Errorf("%s after the outage: %s", id[1], describe(c))
+	}
+}
+
+// TestRedisLostDataNoticedWithoutOutage: Redis loses its data between two
+// calls of the supervisor (a restart without persistence it never saw
+// fail): the workers' heartbeats re-create their records, but only the
+// supervisor knows the restart history and its instance. It notices its
+// own host record gone at its next tick and writes everything again.
+func TestRedisLostDataNoticedWithoutOutage(t *testing.T) {
+	t.Parallel()
+	srv := testredis.StartServer(t)
+	opt, err := redis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := newHarnessOn(t, rdb, srv.URL, "vigil:", supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff, Lease: 900 * time.Millisecond,
+	})
+	id := ids("q", 2)
+	h.start()
+	first := h.waitHealthy(id...)
+	kill(t, first[0].PID)
+	h.waitFor(id[0], func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != first[0].PID })
+	before := h.waitHealthy(id...)
+
+	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range id {
+		c := h.waitFor(id[i], func(c health.Component) bool { return c.Instance != "" })
+		b := before[i]
+		if c.PID != b.PID || c.Status != health.StatusHealthy || c.Instance != b.Instance ||
+			c.Restarts.LifetimeRestarts != b.Restarts.LifetimeRestarts || len(c.Restarts.Crashes) != len(b.Restarts.Crashes) {
+			t.Errorf("%s after the data loss: %s; before: %s", id[i], describe(c), describe(b))
+		}
+	}
+	if n, err := rdb.SCard(context.Background(), "vigil:components").Result(); err != nil || n != 2 {
+		t.Errorf("component index after the data loss: %d, %v", n, err)
+	}
+}
+
+// TestRedisOutageLongerThanLeaseLosesNoHost: after an outage longer than a
+// lease, every record has expired, this host's included; the leader must
+// not announce itself lost.
+func TestRedisOutageLongerThanLeaseLosesNoHost(t *testing.T) {
+	t.Parallel()
+	srv := testredis.StartServer(t)
+	opt, err := redis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := newHarnessOn(t, rdb, srv.URL, "vigil:", supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff, Lease: 900 * time.Millisecond,
+	})
+	h.start()
+	h.waitHealthy(ids("q", 1)...)
+	mark := h.logs.mark()
+	srv.Save()
+	srv.Stop()
+	h.logs.wait(t, mark, waitTimeout, "redis unreachable")
+	<-time.After(2 * h.cfg.Lease) // the outage's length is the test's input
+	mark = h.logs.mark()
+	srv.Start()
+	h.logs.wait(t, mark, waitTimeout, "redis reachable again")
+	// Watch three ticks (a lease): wall time passing is the input here.
+	<-time.After(h.cfg.Lease)
+	msgs, err := rdb.XRange(context.Background(), h.store.Keys().Events(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if data, _ := m.Values["data"].(string); strings.Contains(data, `"status":"lost"`) {
+			t.Errorf("event %s", data)
+		}
 	}
 }

@@ -53,6 +53,17 @@ func (s *Supervisor) probeRedis() {
 // reaped meanwhile, and gives every live worker one full TTL of grace.
 func (s *Supervisor) onRedisUp() {
 	s.redisDown = false
+	s.rewriteState("redis reachable again")
+}
+
+// rewriteState writes every record that changed while it could not be
+// written, or that Redis lost (gone, or re-created by the worker's own
+// heartbeat without what only the supervisor knows), requeues the tasks
+// of processes reaped meanwhile, and gives every live worker one full TTL
+// of grace. A record another instance wrote since (a host that took the
+// slot over while this one could not reach Redis) is left alone: the next
+// tick finds the lease lost and fences the worker.
+func (s *Supervisor) rewriteState(why string) {
 	ids := s.ids()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout*5)
 	stored, err := s.store.GetMany(ctx, ids)
@@ -71,7 +82,8 @@ func (s *Supervisor) onRedisUp() {
 		// the worker's heartbeat on an empty Redis: it lacks the restart
 		// history and everything else only the supervisor knows.
 		lost := stored[i].Status == health.StatusNone || (stored[i].Instance == "" && w.rec.Instance != "")
-		if w.dirty || lost {
+		taken := stored[i].Instance != "" && stored[i].Instance != w.rec.Instance
+		if (w.dirty || lost) && !taken && !w.fenced {
 			ctx, cancel := s.opCtx()
 			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: true, Index: true})
 			cancel()
@@ -88,9 +100,9 @@ func (s *Supervisor) onRedisUp() {
 		for _, pid := range pids {
 			s.recoverTasks(w, pid, "deferred")
 		}
-		if w.proc != nil && w.stop == nil {
+		if w.proc != nil && w.stop == nil && !w.fenced {
 			s.arm(w, timerCheck, s.cfg.Heartbeat.TTL)
 		}
 	}
-	s.log.Info("redis reachable again", "records_rewritten", rewritten, "grace", s.cfg.Heartbeat.TTL)
+	s.log.Info(why, "records_rewritten", rewritten, "grace", s.cfg.Heartbeat.TTL)
 }
