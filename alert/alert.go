@@ -43,6 +43,9 @@ type Config struct {
 	Client    *http.Client
 	Logger    *slog.Logger
 	Clock     clock.Clock
+	// OnResult, if set, is told each alert's fate: "sent", "failed" (for
+	// good) or "dropped" (e.g. metrics.Metrics.Alert).
+	OnResult func(result string)
 }
 
 // Webhook sends events to one URL. Start it, Notify it, Stop it.
@@ -136,6 +139,7 @@ func (w *Webhook) Notify(kind string, ev any) bool {
 
 func (w *Webhook) drop(kind, why string) {
 	w.stats.add(&w.stats.Dropped)
+	w.result("dropped")
 	w.cfg.Logger.Warn("alert dropped: "+why, "alert", kind, "webhook", redact(w.cfg.URL))
 }
 
@@ -189,6 +193,7 @@ func (w *Webhook) run() {
 	for it := range w.queue {
 		if w.ctx.Err() != nil {
 			w.stats.add(&w.stats.Dropped)
+			w.result("dropped")
 			w.cfg.Logger.Warn("alert dropped: shutting down", "alert", it.kind)
 			continue
 		}
@@ -204,6 +209,7 @@ func (w *Webhook) send(it item) {
 		err := w.post(it)
 		if err == nil {
 			w.stats.add(&w.stats.Sent)
+			w.result("sent")
 			w.cfg.Logger.Info("alert sent", "alert", it.kind, "attempts", attempt+1)
 			return
 		}
@@ -211,6 +217,7 @@ func (w *Webhook) send(it item) {
 		final := errors.As(err, &perm) || attempt >= w.cfg.Retries || w.ctx.Err() != nil
 		if final {
 			w.stats.add(&w.stats.Failed)
+			w.result("failed")
 			w.cfg.Logger.Error("alert not delivered", "alert", it.kind, "webhook", redact(w.cfg.URL), "attempts", attempt+1, "err", err)
 			return
 		}
@@ -223,6 +230,12 @@ func (w *Webhook) send(it item) {
 			t.Stop()
 		}
 		delay *= 2
+	}
+}
+
+func (w *Webhook) result(r string) {
+	if w.cfg.OnResult != nil {
+		w.cfg.OnResult(r)
 	}
 }
 

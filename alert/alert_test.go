@@ -132,9 +132,20 @@ func TestRetriesServerErrorsNotClientErrors(t *testing.T) {
 	})
 	t.Run("gives up after the retries", func(t *testing.T) {
 		r := newReceiver(t, 503, 503, 503)
-		w, logs := newWebhook(t, Config{URL: r.srv.URL, Retries: 2})
+		var mu sync.Mutex
+		var results []string
+		w, logs := newWebhook(t, Config{URL: r.srv.URL, Retries: 2, OnResult: func(res string) {
+			mu.Lock()
+			results = append(results, res)
+			mu.Unlock()
+		}})
 		w.Notify("host_lost", map[string]string{"host": "b"})
 		_ = w.Stop(context.Background())
+		mu.Lock()
+		if len(results) != 1 || results[0] != "failed" {
+			t.Errorf("OnResult told %v, want [failed]", results)
+		}
+		mu.Unlock()
 		if sent, failed, _, attempts := w.Stats(); sent != 0 || failed != 1 || attempts != 3 {
 			t.Fatalf("sent %d failed %d attempts %d, want 0, 1, 3", sent, failed, attempts)
 		}

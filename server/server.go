@@ -17,6 +17,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/metrics"
 	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/web"
 )
@@ -79,6 +80,9 @@ type Config struct {
 	Version string
 	// SSE configures GET /api/v1/events (zero fields: the defaults).
 	SSE SSEConfig
+
+	// Metrics, if set, is served at GET /metrics.
+	Metrics *metrics.Metrics
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -166,6 +170,9 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /docs", web.Docs())
 	mux.Handle("GET /docs/{file}", web.Docs())
 	mux.Handle("GET /{$}", web.Home())
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", s.metricsHandler())
+	}
 	s.broker.start(hw.run)
 	return &Server{handler: s.wrap(mux), broker: s.broker}, nil
 }

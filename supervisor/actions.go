@@ -86,6 +86,7 @@ func (s *Supervisor) restartLocal(ctx context.Context, id health.ComponentID) (h
 		switch {
 		case w.proc != nil:
 			s.stopWorker(w, "operator restart", false, func() {
+				s.cfg.Metrics.Restart(w.id.Queue, "operator")
 				reply(s.spawn(w, health.ActorMonitor, false))
 			})
 		case w.waiting:

@@ -120,7 +120,7 @@ func startServe(tb testing.TB, cfg config.Config) *e2e {
 		tb.Fatalf("serve did not start\n%s", e.logs.String())
 	}
 	e.base = "http://" + e.sup.Config().Address
-	rdb, err := redisconn.Open(cfg.Redis)
+	rdb, err := redisconn.Open(e.sup.Config().RedisURL) // the embedded one when cfg.Redis is ""
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -97,7 +97,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 	if err := queue.NewControl(store).Apply(ctx, queues); err != nil {
 		return err
 	}
-	alerts, stopAlerts, err := startAlerts(cfg, log)
+	m, err := newMetrics(cfg, store, queues, log)
+	if err != nil {
+		return err
+	}
+	alerts, stopAlerts, err := startAlerts(cfg, log, m)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -117,6 +121,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		Stats:       queueStats(store),
 		Recoverer:   queue.NewRecoverer(store, queue.RecovererConfig{Logger: log}),
 		Alerts:      alerts,
+		Metrics:     m,
 		Logger:      log,
 	}, store)
 	if err != nil {
@@ -167,7 +172,7 @@ func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervi
 	h, err := server.New(server.Config{
 		Store: store, Supervisor: sup, Queues: queues, TaskTimeouts: timeouts,
 		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
-		Version: server.APIVersion, Logger: log, Cluster: sup, MaxPoolSize: cfg.MaxPoolSize,
+		Version: server.APIVersion, Logger: log, Cluster: sup, MaxPoolSize: cfg.MaxPoolSize, Metrics: sup.Config().Metrics,
 		SSE: server.SSEConfig{MaxClients: cfg.SSE.MaxClients, MaxLag: cfg.SSE.MaxLag, KeepAlive: time.Duration(cfg.SSE.KeepAlive)},
 	})
 	if err != nil {

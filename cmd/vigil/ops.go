@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/vigil-dev/vigil/alert"
+	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/config"
+	"github.com/vigil-dev/vigil/metrics"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -16,11 +19,11 @@ const alertDrain = 3 * time.Second
 
 // startAlerts starts the webhook of alerts.webhook, if configured. stop
 // delivers what is queued (alertDrain at most) and stops it.
-func startAlerts(cfg config.Config, log *slog.Logger) (a supervisor.Alerter, stop func(), err error) {
+func startAlerts(cfg config.Config, log *slog.Logger, m *metrics.Metrics) (a supervisor.Alerter, stop func(), err error) {
 	if cfg.Alerts.Webhook == "" {
 		return nil, func() {}, nil
 	}
-	wh, err := alert.New(alert.Config{URL: cfg.Alerts.Webhook, Logger: log})
+	wh, err := alert.New(alert.Config{URL: cfg.Alerts.Webhook, Logger: log, OnResult: m.Alert})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -31,4 +34,14 @@ func startAlerts(cfg config.Config, log *slog.Logger) (a supervisor.Alerter, sto
 		defer cancel()
 		_ = wh.Stop(ctx)
 	}, nil
+}
+
+// newMetrics registers Vigil's metrics on a new registry (served at GET
+// /metrics); they report this host's workers.
+func newMetrics(cfg config.Config, store *health.Store, queues []string, log *slog.Logger) (*metrics.Metrics, error) {
+	host := cfg.Host
+	if host == "" {
+		host, _ = os.Hostname() // as supervisor.New does
+	}
+	return metrics.New(metrics.Config{Store: store, Host: host, Queues: queues, Version: version, Logger: log})
 }

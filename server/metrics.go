@@ -1,0 +1,24 @@
+package server
+
+import (
+	"net/http"
+)
+
+// metricsHandler serves GET /metrics (DESIGN.md §7): Prometheus's text
+// format from Config.Metrics's registry. It is a plain handler, not an
+// operation of the OpenAPI spec (its body is not JSON); it is a read, so
+// auth_reads puts it behind the token like the API's reads (Prometheus
+// sends it with `authorization: {credentials: …}`).
+func (s *server) metricsHandler() http.Handler {
+	h := s.cfg.Metrics.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if status, msg := s.authorize(r, accessRead); status != 0 {
+			if status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="vigil"`)
+			}
+			writeProblem(w, status, msg)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
