@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/metrics"
 )
 
 // Defaults of SSEConfig (DESIGN.md §10).
@@ -94,6 +95,8 @@ type broker struct {
 	// readerID is the CLIENT ID of the reader's connection (0: unknown).
 	readerID int64
 	stats    brokerStats
+	// metrics counts clients, entries and lag drops (nil: not counted).
+	metrics *metrics.Metrics
 }
 
 // brokerStats count what the broker did (for tests and metrics).
@@ -172,6 +175,7 @@ func (b *broker) acquire() (ok bool, why string) {
 		return false, "too many event clients (sse.max_clients = " + itoa(b.cfg.MaxClients) + "); try again later"
 	}
 	b.serving++
+	b.metrics.SSEClient(1)
 	b.conns.Add(1)
 	return true, ""
 }
@@ -179,6 +183,7 @@ func (b *broker) acquire() (ok bool, why string) {
 func (b *broker) release() {
 	b.mu.Lock()
 	b.serving--
+	b.metrics.SSEClient(-1)
 	b.mu.Unlock()
 	b.conns.Done()
 }
@@ -341,6 +346,7 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 			continue
 		}
 		b.stats.Entries++
+		b.metrics.SSEEvents(1)
 		for _, g := range b.groups {
 			if !g.sub.match(e.topic) {
 				continue
@@ -364,6 +370,7 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 // lagged drops a client whose buffer is full (mu held).
 func (b *broker) lagged(c *client) {
 	b.stats.Dropped++
+	b.metrics.SSELagged()
 	b.log.Info("events: disconnecting a client that fell behind", "client", c.id, "max_lag", b.cfg.MaxLag, "remote", c.remote)
 	b.leave(c)
 	c.drop()

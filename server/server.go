@@ -163,6 +163,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	hw := newHealthWatcher(s)
 	s.broker = newBroker(cfg.SSE, cfg.Store, cfg.Logger, cfg.Clock, s.snapshot, hw.notify)
+	s.broker.metrics = cfg.Metrics
 	mux := http.NewServeMux()
 	api := newAPI(mux, cfg)
 	api.UseMiddleware(s.authMiddleware(api))
