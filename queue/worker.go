@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -142,6 +144,16 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	if err != nil {
 		return err
 	}
+	// The supervisor reads this process's output through a pipe. When the
+	// supervisor dies, the pipe breaks as the parent-death signal asks for
+	// a graceful stop, and Go kills a process that writes to a broken
+	// stdout or stderr with SIGPIPE unless it listens for the signal: it
+	// would die at its first log line, its tasks neither finished nor
+	// handed back. Listening makes such writes fail instead (the lines are
+	// lost), and the shutdown completes.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
 	rdb, err := redisconn.Open(w.env.RedisURL)
 	if err != nil {
 		return err
