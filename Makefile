@@ -20,7 +20,7 @@ EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
 REDOCLY  ?= npx -y @redocly/cli@2
 FUZZTIME ?= 20s
 
-.PHONY: help run test test-redis build lint openapi bench bench-short fuzz clean cgo-check redis-server-check
+.PHONY: help run test test-redis build lint openapi bench bench-short fuzz e2e dashboard-png clean cgo-check redis-server-check
 
 help: ## list the targets
 	@printf 'Usage: make <target>\n\nTargets:\n'
@@ -80,6 +80,20 @@ bench-short: ## each benchmark once, in its short form (run by CI so that they d
 
 fuzz: ## a short run of the admin API fuzzer (FUZZTIME=20s)
 	$(GO) test -run '^$$' -fuzz '^FuzzAPI$$' -fuzztime $(FUZZTIME) ./server/
+
+# The browser test keeps its screenshot and the demo's log here.
+E2E_OUT ?= bin/e2e
+
+e2e: ## browser test: vigil demo's dashboard in headless Chromium (screenshot in bin/e2e)
+	@if [ -z "$${VIGIL_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then \
+		echo "make e2e: no Chromium here, so the browser test will skip (Debian: apt-get install -y chromium)" >&2; \
+	fi
+	@mkdir -p $(E2E_OUT)
+	$(GO) test -tags e2e -count=1 -v -artifacts -outputdir $(abspath $(E2E_OUT)) ./e2e/
+
+dashboard-png: ## refresh docs/dashboard.png (the README's picture) with a run of the browser test
+	@mkdir -p docs $(E2E_OUT)
+	VIGIL_E2E_SCREENSHOT=$(abspath docs/dashboard.png) $(GO) test -tags e2e -count=1 -artifacts -outputdir $(abspath $(E2E_OUT)) ./e2e/
 
 clean: ## remove build outputs and the test cache
 	rm -rf bin dist

@@ -171,6 +171,7 @@ func New(cfg Config) (*Server, error) {
 	mux.Handle("GET /docs", web.Docs())
 	mux.Handle("GET /docs/{file}", web.Docs())
 	mux.Handle("GET /{$}", web.Home())
+	mux.Handle("GET /dashboard/{file}", web.Dashboard())
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.metricsHandler())
 	}

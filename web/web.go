@@ -11,7 +11,7 @@ import (
 	swaggerfiles "github.com/swaggo/files/v2"
 )
 
-//go:embed swagger
+//go:embed swagger dashboard
 var files embed.FS
 
 // ContentSecurityPolicy is sent with every page of this package: everything
@@ -63,13 +63,34 @@ func Docs() http.Handler {
 	})
 }
 
-// Home serves the page at "/": until the dashboard exists, a pointer to the
-// API docs.
+// Home serves the dashboard's page at "/". It loads its script and
+// stylesheet from dashboard/<file> (Dashboard) and its data from the API,
+// paths relative to where it is mounted.
 func Home() http.Handler {
-	page := mustRead("swagger/home.html")
+	page := mustRead("dashboard/index.html")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		secure(w)
 		serve(w, r, "index.html", "text/html; charset=utf-8", page, false)
+	})
+}
+
+// dashboardAssets are the files of the dashboard besides its page.
+var dashboardAssets = map[string]string{
+	"app.js":  "text/javascript; charset=utf-8",
+	"app.css": "text/css; charset=utf-8",
+}
+
+// Dashboard serves the dashboard's assets at dashboard/<file>.
+func Dashboard() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secure(w)
+		name := path.Base(r.URL.Path)
+		ctype, ok := dashboardAssets[name]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		serve(w, r, name, ctype, mustRead("dashboard/"+name), false)
 	})
 }
 

@@ -51,10 +51,42 @@ func TestDocsPageLoadsOnlyItsOwnAssets(t *testing.T) {
 	}
 }
 
-func TestHome(t *testing.T) {
+// TestDashboardLoadsOnlyItsOwnAssets: the dashboard's page links the docs,
+// loads only relative assets that Dashboard serves, has no inline code,
+// and is sent under the same-origin CSP.
+func TestDashboardLoadsOnlyItsOwnAssets(t *testing.T) {
 	rec := httptest.NewRecorder()
 	web.Home().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `href="docs"`) || rec.Header().Get("Content-Security-Policy") == "" {
-		t.Fatalf("/: %d %s", rec.Code, rec.Body)
+	page := rec.Body.String()
+	if rec.Code != http.StatusOK || !strings.Contains(page, `href="docs"`) || rec.Header().Get("Content-Security-Policy") != web.ContentSecurityPolicy {
+		t.Fatalf("/: %d %s", rec.Code, page)
+	}
+	refs := regexp.MustCompile(`(?:src|href)="([^"]+)"`).FindAllStringSubmatch(page, -1)
+	assets := 0
+	for _, m := range refs {
+		ref := m[1]
+		if strings.Contains(ref, ":") || strings.HasPrefix(ref, "/") {
+			t.Errorf("reference %q is not relative to the page", ref)
+		}
+		if !strings.HasPrefix(ref, "dashboard/") {
+			continue
+		}
+		assets++
+		rec := httptest.NewRecorder()
+		web.Dashboard().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/"+ref, nil))
+		if rec.Code != http.StatusOK || rec.Body.Len() == 0 || rec.Header().Get("Content-Security-Policy") == "" {
+			t.Errorf("%s: %d", ref, rec.Code)
+		}
+	}
+	if assets != 2 {
+		t.Errorf("%d dashboard assets referenced, want app.js and app.css", assets)
+	}
+	if regexp.MustCompile(`<script>|<script [^>]*>[^<]+</script>|<style|style=|\son[a-z]+=`).MatchString(page) {
+		t.Error("the page has inline script or style")
+	}
+	rec = httptest.NewRecorder()
+	web.Dashboard().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/dashboard/secret.txt", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Errorf("unknown asset: %d", rec.Code)
 	}
 }

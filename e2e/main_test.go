@@ -1,0 +1,11 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
