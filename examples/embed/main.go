@@ -28,9 +28,11 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/metrics"
 	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/server"
 	"github.com/vigil-dev/vigil/supervisor"
@@ -84,9 +86,24 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	host, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	// One Prometheus registry for the program's metrics and Vigil's: the
+	// admin server's /admin/metrics serves both.
+	reg := prometheus.NewRegistry()
+	views := prometheus.NewCounter(prometheus.CounterOpts{Name: "embed_page_views_total", Help: "Views of the program's own page."})
+	reg.MustRegister(views)
+	vm, err := metrics.New(metrics.Config{Registry: reg, Store: store, Host: host, Queues: []string{queueName}})
+	if err != nil {
+		return err
+	}
 	sup, err := supervisor.New(supervisor.Config{
+		Host:     host,
 		RedisURL: *redisURL,
 		Pools:    []supervisor.Pool{{Queue: queueName, Workers: 2, Command: []string{self}}},
+		Metrics:  vm,
 		Logger:   log,
 	}, store)
 	if err != nil {
@@ -97,7 +114,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer func() { _ = sup.Stop(context.Background()) }()
 
-	app, admin, err := newApp(store, sup, *token)
+	app, admin, err := newApp(store, sup, *token, vm, views)
 	if err != nil {
 		return err
 	}
@@ -117,18 +134,21 @@ func run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// newApp is the program's own mux with Vigil's admin server under /admin/;
-// close the admin server before shutting the HTTP server down.
-func newApp(store *health.Store, sup server.Supervisor, token string) (http.Handler, *server.Server, error) {
+// newApp is the program's own mux with Vigil's admin server under /admin/
+// (its metrics, on the program's registry, at /admin/metrics); close the
+// admin server before shutting the HTTP server down.
+func newApp(store *health.Store, sup server.Supervisor, token string, vm *metrics.Metrics, views prometheus.Counter) (http.Handler, *server.Server, error) {
 	admin, err := server.New(server.Config{
 		Store: store, Supervisor: sup, Queues: []string{queueName}, Token: token,
 		BasePath: "/admin", // the prefix StripPrefix removes
+		Metrics:  vm,
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		views.Inc()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, `<p>My program. Its workers: <a href="admin/docs">Vigil admin API</a>.</p>`)
 	})

@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/testredis"
+	"github.com/vigil-dev/vigil/metrics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -17,7 +19,15 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestAdminUnderPrefix: the program's own route and Vigil's, side by side.
 func TestAdminUnderPrefix(t *testing.T) {
 	env := testredis.New(t)
-	app, admin, err := newApp(health.NewStore(env.Client, env.Prefix, 0), nil, "")
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	reg := prometheus.NewRegistry()
+	views := prometheus.NewCounter(prometheus.CounterOpts{Name: "embed_page_views_total", Help: "Views."})
+	reg.MustRegister(views)
+	vm, err := metrics.New(metrics.Config{Registry: reg, Store: store, Host: "h1", Queues: []string{queueName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, admin, err := newApp(store, nil, "", vm, views)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +42,7 @@ func TestAdminUnderPrefix(t *testing.T) {
 		"/admin/api/v1/workers": `"workers":[]`,
 		"/admin/api/v1/queues":  `"queue":"emails"`,
 		"/admin/livez":          `"ok"`,
+		"/admin/metrics":        `vigil_queue_jobs{queue="emails",state="pending"} 0`,
 	} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
@@ -50,5 +61,24 @@ func TestAdminUnderPrefix(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(b.String(), want) {
 			t.Errorf("%s: %d, body does not contain %q", path, resp.StatusCode, want)
 		}
+	}
+	// One registry: the program's own counter (one view of / above) is
+	// served beside Vigil's.
+	resp, err := http.Get(srv.URL + "/admin/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	if !strings.Contains(b.String(), "embed_page_views_total 1\n") || !strings.Contains(b.String(), "vigil_build_info") {
+		t.Errorf("/admin/metrics lacks the program's counter or Vigil's:\n%s", b.String())
 	}
 }
