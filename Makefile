@@ -20,7 +20,7 @@ EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
 REDOCLY  ?= npx -y @redocly/cli@2
 FUZZTIME ?= 20s
 
-.PHONY: help run test test-redis build lint openapi bench bench-short fuzz e2e dashboard-png clean cgo-check redis-server-check
+.PHONY: help run test test-redis chaos build lint openapi bench bench-short fuzz e2e dashboard-png clean cgo-check redis-server-check
 
 help: ## list the targets
 	@printf 'Usage: make <target>\n\nTargets:\n'
@@ -30,7 +30,7 @@ run: ## run the demo: embedded Redis, three pools of demo workers
 	$(GO) run ./cmd/vigil demo
 
 test: cgo-check ## run the default test suite under -race (miniredis, no infrastructure)
-	env -u VIGIL_TEST_REDIS_URL $(GO) test -race -count=1 ./...
+	env -u VIGIL_TEST_REDIS_URL -u VIGIL_CHAOS $(GO) test -race -count=1 ./...
 
 test-redis: cgo-check ## run the suite against a real Redis (needs VIGIL_TEST_REDIS_URL)
 	@if [ -z "$${VIGIL_TEST_REDIS_URL:-}" ]; then \
@@ -41,7 +41,15 @@ test-redis: cgo-check ## run the suite against a real Redis (needs VIGIL_TEST_RE
 	fi
 	@$(MAKE) redis-server-check
 	@echo "test-redis: using $$VIGIL_TEST_REDIS_URL"
-	VIGIL_TEST_REDIS_URL="$$VIGIL_TEST_REDIS_URL" $(GO) test -race -count=1 -p 1 ./...
+	VIGIL_TEST_REDIS_URL="$$VIGIL_TEST_REDIS_URL" env -u VIGIL_CHAOS $(GO) test -race -count=1 -p 1 ./...
+
+# The chaos suite starts its own redis-server processes: it needs the
+# binary, not VIGIL_TEST_REDIS_URL. RELIABILITY.md lists the scenarios.
+chaos: cgo-check ## the chaos scenarios at full size (~10 min; VIGIL_CHAOS_OUTAGE=60s how long Redis stays down)
+	@$(MAKE) redis-server-check
+	@out=$$(mktemp /tmp/vigil-chaos.XXXXXX); echo "make chaos: the whole output goes to $$out"; \
+	VIGIL_CHAOS=1 $(GO) test -race -count=1 -timeout 60m -v ./chaos/ 2>&1 | tee "$$out" | \
+		grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|RESULT|_test\.go:[0-9]+:'
 
 build: ## build bin/vigil, stamped with VERSION (git describe, else dev)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/vigil ./cmd/vigil
