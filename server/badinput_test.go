@@ -1,9 +1,13 @@
 package server_test
 
 import (
+	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/server"
@@ -71,4 +75,31 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("exact body is %d bytes", len(exact))
 	}
 	decode[server.Job](t, h.do(req{method: http.MethodPost, path: jobs, body: exact, token: testToken}), http.StatusCreated)
+}
+
+// TestBrokenRequestBody: a body that breaks off while it is read (a bad
+// chunk, a client gone mid-body) is the client's fault: 400, not the 500
+// Huma gives for any read error, and nothing written.
+func TestBrokenRequestBody(t *testing.T) {
+	h := newHarness(t, setup{})
+	before := h.dump()
+	for _, path := range []string{"/api/v1/queues/" + h.q1 + "/jobs", "/api/v1/session", "/api/v1/pools/" + h.q1} {
+		method := http.MethodPost
+		if strings.HasPrefix(path, "/api/v1/pools/") {
+			method = http.MethodPut
+		}
+		body := io.MultiReader(strings.NewReader(`{"type":`), iotest.ErrReader(errors.New("invalid byte in chunk length")))
+		hr := httptest.NewRequest(method, "http://vigil.test"+path, body)
+		hr.RemoteAddr = "127.0.0.1:40000"
+		hr.Header.Set("Content-Type", "application/json")
+		hr.Header.Set("Authorization", "Bearer "+testToken)
+		rec := httptest.NewRecorder()
+		h.h.ServeHTTP(rec, hr)
+		if p := wantProblem(t, rec, http.StatusBadRequest); !strings.Contains(p.Detail, "invalid byte in chunk length") {
+			t.Errorf("%s %s: %q", method, path, p.Detail)
+		}
+	}
+	if d := diff(before, h.dump()); len(d) > 0 {
+		t.Errorf("broken bodies changed Redis: %v", d)
+	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"path"
 	"strings"
@@ -29,6 +30,8 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 		}
 		if r.Body != nil && r.Body != http.NoBody {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyReadTimeout))
+			body := &bodyReader{ReadCloser: r.Body}
+			r.Body, w = body, &bodyErrorWriter{ResponseWriter: w, body: body}
 		}
 		if _, pattern := mux.Handler(r); pattern == "" {
 			// Let the mux decide between 404 and 405 (with its Allow header),
@@ -39,6 +42,49 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 		mux.ServeHTTP(w, r)
 	})
 }
+
+// bodyReader remembers why reading the request body failed.
+type bodyReader struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// bodyErrorWriter answers 400 rather than Huma's 500 when the body could
+// not be read because the client sent a broken one (a bad chunk, a
+// connection closed mid-body): the client's fault, not the server's. Huma
+// itself answers 413 for a body over the cap and 408 for a read timeout.
+type bodyErrorWriter struct {
+	http.ResponseWriter
+	body     *bodyReader
+	replaced bool
+}
+
+func (w *bodyErrorWriter) WriteHeader(code int) {
+	if code == http.StatusInternalServerError && w.body.err != nil {
+		w.replaced = true
+		writeProblem(w.ResponseWriter, http.StatusBadRequest, "cannot read the request body: "+w.body.err.Error())
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *bodyErrorWriter) Write(b []byte) (int, error) {
+	if w.replaced {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *bodyErrorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // problemWriter turns the mux's plain-text error into a problem detail.
 type problemWriter struct {
