@@ -59,8 +59,14 @@ func (c SSEConfig) withDefaults() SSEConfig {
 }
 
 // subscriberBuffer is r3labs/sse's own channel per subscriber (64 events),
-// behind the stream's buffer: together they hold MaxLag events.
+// behind the stream's buffer.
 const subscriberBuffer = 64
+
+// memoryLag is how many events at most wait for a client in memory (its
+// stream's buffer and its subscriber channel, or MaxLag if less). A client
+// further behind catches up from the Redis stream on its own goroutine,
+// until it is more than MaxLag entries behind.
+const memoryLag = 256
 
 // broker reads the event stream with one blocking read at a time and fans
 // every entry out to the clients whose patterns match its topic, through
@@ -89,6 +95,11 @@ type broker struct {
 	pos     streamID // last entry fanned out
 	groups  map[string]*group
 	clients map[string]*client // by sse stream id
+	// catching are the clients outside the live fan-out: joining, or
+	// catching up after a burst filled their buffer.
+	catching map[*client]struct{}
+	// seq counts the entries fanned out.
+	seq     int64
 	nextID  uint64
 	closed  bool
 	serving int // connections admitted (for MaxClients)
@@ -118,7 +129,7 @@ func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.C
 	s := sse.New()
 	s.AutoReplay = false
 	s.AutoStream = false
-	buf := cfg.MaxLag - subscriberBuffer
+	buf := min(cfg.MaxLag, memoryLag) - subscriberBuffer
 	if buf < 1 {
 		buf = 1
 	}
@@ -126,7 +137,7 @@ func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.C
 	b := &broker{
 		cfg: cfg, store: store, log: log, clock: clk, snapshot: snapshot, onEntry: onEntry,
 		sse: s, ready: make(chan struct{}),
-		groups: map[string]*group{}, clients: map[string]*client{},
+		groups: map[string]*group{}, clients: map[string]*client{}, catching: map[*client]struct{}{},
 	}
 	s.OnSubscribe = b.subscribed
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -333,7 +344,8 @@ func toEntry(m redis.XMessage) (entry, bool) {
 
 // fanOut publishes entries, in order, to every joined client that matches
 // and has not seen them yet. It never blocks on a client: one whose buffer
-// is full is dropped.
+// is full is left out, to catch up from the stream on its own, and dropped
+// once it is more than MaxLag entries behind.
 func (b *broker) fanOut(msgs []redis.XMessage) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -346,6 +358,7 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 			continue
 		}
 		b.stats.Entries++
+		b.seq++
 		b.metrics.SSEEvents(1)
 		for _, g := range b.groups {
 			if !g.sub.match(e.topic) {
@@ -355,20 +368,29 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 				if e.id.cmp(c.from) <= 0 {
 					continue // sent by the client's own catch-up
 				}
-				if !b.sse.TryPublish(c.id, e.ev) {
-					b.lagged(c)
+				if b.sse.TryPublish(c.id, e.ev) {
+					c.last = e.id
+				} else {
+					b.fellBehind(c)
 				}
 			}
 		}
 		b.pos = e.id
+		for c := range b.catching {
+			if b.seq-c.seq > int64(b.cfg.MaxLag) {
+				b.lagged(c)
+			}
+		}
 		if b.onEntry != nil {
 			b.onEntry(e.typ, e.topic)
 		}
 	}
 }
 
-// lagged drops a client whose buffer is full (mu held).
+// lagged drops a client that fell more than MaxLag entries behind (mu
+// held).
 func (b *broker) lagged(c *client) {
+	delete(b.catching, c)
 	b.stats.Dropped++
 	b.metrics.SSELagged()
 	b.log.Info("events: disconnecting a client that fell behind", "client", c.id, "max_lag", b.cfg.MaxLag, "remote", c.remote)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -31,10 +32,17 @@ type client struct {
 	subOnce      sync.Once
 	dropOnce     sync.Once
 
-	// Set under the broker's mu when the client joins the live fan-out:
-	// entries up to from reached it through its own catch-up.
+	// behind wakes the client's goroutine when the fan-out left it out.
+	behind chan struct{}
+
+	// Under the broker's mu. joined: in the live fan-out, where entries up
+	// to from reached it through its own catch-up, and last is the last one
+	// queued for it. seq: while it catches up, the broker's entry count at
+	// its position (its lag is the broker's count minus seq).
 	joined bool
 	from   streamID
+	last   streamID
+	seq    int64
 }
 
 // drop ends the connection: its context ends (r3labs/sse then removes the
@@ -64,7 +72,8 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	defer b.release()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: http.NewResponseController(w), subscribedCh: make(chan struct{})}
+	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: http.NewResponseController(w),
+		subscribedCh: make(chan struct{}), behind: make(chan struct{}, 1)}
 	// An event stream outlives any server-wide write timeout.
 	_ = c.rc.SetWriteDeadline(time.Time{})
 	p, err := b.plan(ctx, lastID)
@@ -81,6 +90,8 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	b.nextID++
 	c.id = strconv.FormatUint(b.nextID, 10)
 	b.clients[c.id] = c
+	b.catching[c] = struct{}{}
+	c.seq = b.seq
 	b.mu.Unlock()
 	b.sse.CreateStream(c.id)
 
@@ -97,6 +108,7 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	b.mu.Lock()
 	b.leave(c)
 	delete(b.clients, c.id)
+	delete(b.catching, c)
 	b.mu.Unlock()
 	b.sse.RemoveStream(c.id) // ends a Publish of join that waits for room
 	<-done
@@ -131,6 +143,9 @@ func (b *broker) leave(c *client) {
 // join sends the client its start: a snapshot (or, resuming, what it
 // missed; or reset and a snapshot when that is gone), then catches up with
 // the stream and enters the live fan-out with no gap and no duplicate.
+// Later, whenever a burst fills the client's buffer, the fan-out leaves it
+// out and it catches up again from the stream, here, at its own pace; it is
+// dropped only when it falls more than MaxLag entries behind.
 func (b *broker) join(ctx context.Context, c *client, p plan) {
 	select {
 	case <-c.subscribedCh:
@@ -142,7 +157,6 @@ func (b *broker) join(ctx context.Context, c *client, p plan) {
 	case <-ctx.Done():
 		return
 	}
-	cursor := p.cursor
 	if err := b.begin(ctx, c, p); err != nil {
 		if ctx.Err() == nil {
 			b.log.Warn("events: start a client", "client", c.id, "err", err)
@@ -150,68 +164,108 @@ func (b *broker) join(ctx context.Context, c *client, p plan) {
 		}
 		return
 	}
-	rdb, key := b.store.Client(), b.store.Keys().Events()
-	// Catch up outside the lock, a page at a time, with a Publish that
-	// waits for the client (it only delays this client).
-	for range 64 {
+	cursor := p.cursor
+	for b.catchUp(ctx, c, cursor) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.behind:
+		}
 		b.mu.Lock()
-		behind := cursor.cmp(b.pos) < 0
-		if !behind {
-			b.enter(c, cursor)
-			b.mu.Unlock()
-			return
-		}
+		cursor = c.last
 		b.mu.Unlock()
-		next, n, err := b.replay(ctx, rdb, key, c, cursor, replayPage, false)
-		if err != nil {
-			if ctx.Err() == nil {
-				b.log.Warn("events: catch up a client", "client", c.id, "err", err)
-				c.drop()
-			}
-			return
-		}
-		cursor = next
-		if n == 0 {
-			break // what lies between was trimmed meanwhile; nothing to send
-		}
-	}
-	// The last stretch under the lock, so that no entry slips between the
-	// catch-up and the fan-out; TryPublish, as the fan-out does.
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if cursor.cmp(b.pos) < 0 {
-		next, _, err := b.replay(ctx, rdb, key, c, cursor, 0, true)
-		if err != nil {
-			if ctx.Err() == nil {
-				b.log.Warn("events: catch up a client", "client", c.id, "err", err)
-			}
-			c.drop()
-			return
-		}
-		cursor = next
-	}
-	if ctx.Err() == nil {
-		b.enter(c, cursor)
 	}
 }
 
-// enter adds c to the live fan-out from cursor on (mu held).
-func (b *broker) enter(c *client, cursor streamID) {
-	if b.clients[c.id] != c || b.closed {
-		return
+// catchUp sends c the matching entries after cursor from the stream, then
+// puts it into the live fan-out (true), unless it is gone (false).
+func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) bool {
+	rdb, key := b.store.Client(), b.store.Keys().Events()
+	fail := func(err error) bool {
+		if ctx.Err() == nil {
+			b.log.Warn("events: catch up a client", "client", c.id, "err", err)
+			c.drop()
+		}
+		return false
 	}
-	c.joined, c.from = true, cursor
+	for {
+		// Outside the lock, a page at a time, with a Publish that waits
+		// for the client (it only delays this client).
+		for range 64 {
+			b.mu.Lock()
+			if cursor.cmp(b.pos) >= 0 {
+				ok := b.enter(c, cursor)
+				b.mu.Unlock()
+				return ok
+			}
+			b.mu.Unlock()
+			next, n, err := b.replay(ctx, rdb, key, c, cursor, replayPage, false)
+			if err != nil {
+				return fail(err)
+			}
+			cursor = next
+			if n == 0 {
+				break // what lies between was trimmed meanwhile; nothing to send
+			}
+		}
+		// The last stretch under the lock, so that no entry slips between
+		// the catch-up and the fan-out; TryPublish, as the fan-out does. A
+		// full buffer means another round.
+		b.mu.Lock()
+		if cursor.cmp(b.pos) < 0 {
+			next, _, err := b.replay(ctx, rdb, key, c, cursor, 0, true)
+			cursor = next
+			if errors.Is(err, errFull) {
+				b.mu.Unlock()
+				continue
+			}
+			if err != nil {
+				b.mu.Unlock()
+				return fail(err)
+			}
+		}
+		ok := ctx.Err() == nil && b.enter(c, cursor)
+		b.mu.Unlock()
+		return ok
+	}
+}
+
+// errFull is replay's answer when the client's buffer is full.
+var errFull = errors.New("the client's buffer is full")
+
+// enter adds c to the live fan-out from cursor on (mu held); false when c
+// is gone.
+func (b *broker) enter(c *client, cursor streamID) bool {
+	if b.clients[c.id] != c || b.closed {
+		return false
+	}
+	delete(b.catching, c)
+	c.joined, c.from, c.last = true, cursor, cursor
 	g := b.groups[c.sub.key]
 	if g == nil {
 		g = &group{sub: c.sub, clients: map[*client]struct{}{}}
 		b.groups[c.sub.key] = g
 	}
 	g.clients[c] = struct{}{}
+	return true
+}
+
+// fellBehind takes c out of the live fan-out when its buffer is full (mu
+// held): its goroutine catches up from the stream.
+func (b *broker) fellBehind(c *client) {
+	b.leave(c)
+	b.catching[c] = struct{}{}
+	c.seq = b.seq - 1 // behind by the entry that did not fit
+	select {
+	case c.behind <- struct{}{}:
+	default:
+	}
 }
 
 // replay sends c the matching entries after cursor (at most count; 0 =
-// all up to the broker's position) and returns the id of the last entry
-// read. With try, it must not wait (mu is held): a full buffer drops c.
+// all up to the broker's position) and returns the id of the last entry it
+// is done with and how many entries it read. With try (mu is held) it does
+// not wait: a full buffer ends it with errFull.
 func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key string, c *client, cursor streamID, count int64, try bool) (streamID, int, error) {
 	start := "(" + cursor.String()
 	var msgs []redis.XMessage
@@ -224,24 +278,29 @@ func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key stri
 	if err != nil {
 		return cursor, 0, err
 	}
+	done := 0
+	defer func() {
+		// Entries behind it are counted from the broker's entry count.
+		if !try {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+		}
+		c.seq += int64(done)
+	}()
 	for _, m := range msgs {
-		e, ok := toEntry(m)
-		if id, idOK := parseStreamID(m.ID); idOK {
+		if e, ok := toEntry(m); ok && c.sub.match(e.topic) {
+			if try {
+				if !b.sse.TryPublish(c.id, e.ev) {
+					return cursor, len(msgs), errFull
+				}
+			} else if !b.publish(ctx, c, e.ev) {
+				return cursor, len(msgs), ctx.Err()
+			}
+		}
+		if id, ok := parseStreamID(m.ID); ok {
 			cursor = id
 		}
-		if !ok || !c.sub.match(e.topic) {
-			continue
-		}
-		if try {
-			if !b.sse.TryPublish(c.id, e.ev) {
-				b.lagged(c)
-				return cursor, len(msgs), nil
-			}
-			continue
-		}
-		if !b.publish(ctx, c, e.ev) {
-			return cursor, len(msgs), ctx.Err()
-		}
+		done++
 	}
 	return cursor, len(msgs), nil
 }

@@ -226,16 +226,19 @@ func TestEventsSlowClientDropped(t *testing.T) {
 	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\n\r\n", topic)
 	reader := subscribe(t, base, []string{topic}, "")
 
-	// Big events fill the sleeper's socket buffers, then its max_lag.
+	// Big events fill the sleeper's socket buffers, then its max_lag;
+	// the reader keeps up.
 	pad := strings.Repeat("x", 64<<10)
-	const n = 600
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = h.emit(topic, pad)
-	}
-	for i := range n {
-		if m := reader.next(); m.ID != ids[i] {
-			t.Fatalf("reader: event %d id %s, want %s", i, m.ID, ids[i])
+	const n, step = 600, 20
+	for i := 0; i < n; i += step {
+		ids := make([]string, step)
+		for j := range step {
+			ids[j] = h.emit(topic, pad)
+		}
+		for j := range step {
+			if m := reader.next(); m.ID != ids[j] {
+				t.Fatalf("reader: event %d id %s, want %s", i+j, m.ID, ids[j])
+			}
 		}
 	}
 	// The sleeper's connection was closed: reading it now reaches EOF
@@ -243,6 +246,39 @@ func TestEventsSlowClientDropped(t *testing.T) {
 	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := io.Copy(io.Discard, conn); err != nil {
 		t.Fatalf("the client that never read was not disconnected: %v", err)
+	}
+}
+
+// TestEventsBurstCatchUp: a burst larger than what waits for a client in
+// memory, but within max_lag, reaches a reading client whole and in order
+// (it catches up from the stream) and leaves it connected.
+func TestEventsBurstCatchUp(t *testing.T) {
+	h := newHarness(t, setup{})
+	base := serveHTTP(t, h.h)
+	topic := h.id(0).Topic()
+	c := subscribe(t, base, []string{topic}, "")
+	const n = 700 // > 256 in memory, < max_lag 1000
+	ids := make([]string, n)
+	pipe := h.redis.Client.Pipeline()
+	cmds := make([]*redis.StringCmd, n)
+	for i := range n {
+		e, _ := json.Marshal(health.Event{Topic: topic, Type: health.EventAction, Timestamp: 1, Action: &health.ActionView{Action: "burst", Target: fmt.Sprint(i)}})
+		cmds[i] = pipe.XAdd(ctx(t), &redis.XAddArgs{Stream: h.store.Keys().Events(), Values: []string{"topic", topic, "type", health.EventAction, "data", string(e)}})
+	}
+	if _, err := pipe.Exec(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		ids[i] = cmds[i].Val()
+	}
+	for i := range n {
+		if m := c.next(); m.ID != ids[i] {
+			t.Fatalf("event %d: id %s, want %s", i, m.ID, ids[i])
+		}
+	}
+	id := h.emit(topic, "after the burst")
+	if m := c.next(); m.ID != id {
+		t.Fatalf("after the burst: %+v, want id %s", m, id)
 	}
 }
 

@@ -176,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 		mux.Handle("GET /metrics", s.metricsHandler())
 	}
 	s.broker.start(hw.run)
-	return &Server{handler: s.wrap(mux), broker: s.broker}, nil
+	return &Server{handler: s.serveEvents(s.wrap(mux)), broker: s.broker}, nil
 }
 
 // server holds the handlers' dependencies.
