@@ -1,13 +1,17 @@
 package server_test
 
 import (
+	"bufio"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/server"
@@ -101,5 +105,54 @@ func TestBrokenRequestBody(t *testing.T) {
 	}
 	if d := diff(before, h.dump()); len(d) > 0 {
 		t.Errorf("broken bodies changed Redis: %v", d)
+	}
+}
+
+// TestOversizeBodyClosesTheConnection: once a body passes max_body the
+// server answers 413 and closes the connection. Left open, the rest of the
+// body, unread, is parsed as the next request on the connection (net/http
+// discards a tail of up to 256 KB, not a longer one): a request smuggled
+// inside a body, here a pause, would run.
+func TestOversizeBodyClosesTheConnection(t *testing.T) {
+	const maxBody = 64 << 10
+	h := newHarness(t, setup{cfg: func(c *server.Config) { c.MaxBody = maxBody }})
+	srv := httptest.NewServer(h.h)
+	defer srv.Close()
+	before := h.dump()
+	for _, tail := range []int{0, 300 << 10} {
+		// The body: max_body + 1 bytes (all the server reads), then a
+		// request, made longer than what net/http discards by a header.
+		smuggled := "POST /api/v1/queues/" + h.q1 + "/pause HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testToken +
+			"\r\nX-Pad: " + strings.Repeat("p", tail) + "\r\nContent-Length: 0\r\n\r\n"
+		body := strings.Repeat("x", maxBody+1) + smuggled
+		conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := "POST /api/v1/queues/" + h.q1 + "/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testToken +
+			"\r\nContent-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+		wrote := make(chan struct{})
+		go func() { // the server may stop reading
+			defer close(wrote)
+			_, _ = conn.Write([]byte(req))
+		}()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("tail %d: %v", tail, err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestEntityTooLarge || !res.Close {
+			t.Errorf("tail %d: %d, Connection: close %v; want 413 and close", tail, res.StatusCode, res.Close)
+		}
+		if res2, err := http.ReadResponse(br, nil); err == nil {
+			t.Errorf("tail %d: a second answer on the connection: %d (the body's tail was taken for a request)", tail, res2.StatusCode)
+		}
+		conn.Close()
+		<-wrote
+	}
+	if d := diff(before, h.dump()); len(d) > 0 {
+		t.Errorf("the smuggled request ran: %v", d)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"path"
@@ -30,7 +31,10 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 		}
 		if r.Body != nil && r.Body != http.NoBody {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyReadTimeout))
-			body := &bodyReader{ReadCloser: r.Body}
+			// MaxBytesReader also makes net/http close the connection once
+			// the cap is passed: otherwise the rest of an oversize body,
+			// left unread, is parsed as the next request on the connection.
+			body := &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)}
 			r.Body, w = body, &bodyErrorWriter{ResponseWriter: w, body: body}
 		}
 		if _, pattern := mux.Handler(r); pattern == "" {
@@ -59,8 +63,8 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 
 // bodyErrorWriter answers 400 rather than Huma's 500 when the body could
 // not be read because the client sent a broken one (a bad chunk, a
-// connection closed mid-body): the client's fault, not the server's. Huma
-// itself answers 413 for a body over the cap and 408 for a read timeout.
+// connection closed mid-body): the client's fault, not the server's; and
+// 413 when it passed max_body. Huma itself answers 408 for a read timeout.
 type bodyErrorWriter struct {
 	http.ResponseWriter
 	body     *bodyReader
@@ -70,6 +74,11 @@ type bodyErrorWriter struct {
 func (w *bodyErrorWriter) WriteHeader(code int) {
 	if code == http.StatusInternalServerError && w.body.err != nil {
 		w.replaced = true
+		var tooLarge *http.MaxBytesError
+		if errors.As(w.body.err, &tooLarge) {
+			writeProblem(w.ResponseWriter, http.StatusRequestEntityTooLarge, "request body is too large limit="+itoa(int(tooLarge.Limit))+" bytes")
+			return
+		}
 		writeProblem(w.ResponseWriter, http.StatusBadRequest, "cannot read the request body: "+w.body.err.Error())
 		return
 	}
