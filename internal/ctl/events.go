@@ -222,6 +222,20 @@ func summary(d eventData) string {
 		}
 		return s
 	}
+	var qs struct {
+		Queue                                         *string
+		Pending, Running, Completed, Failed, Archived int
+		Paused                                        bool
+		LiveWorkers                                   int `json:"live_workers"`
+	}
+	if json.Unmarshal(d.Data, &qs) == nil && qs.Queue != nil && strings.HasPrefix(d.Topic, "queue:") && d.Topic != "queue:jobs" {
+		s := fmt.Sprintf("%d pending, %d running, %d done, %d failed, %d archived, %d workers",
+			qs.Pending, qs.Running, qs.Completed, qs.Failed, qs.Archived, qs.LiveWorkers)
+		if qs.Paused {
+			s += ", paused"
+		}
+		return s
+	}
 	var job struct {
 		ID, State, Code string
 		Type            string   `json:"task_type"`

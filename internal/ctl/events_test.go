@@ -108,3 +108,14 @@ func TestEventsLive(t *testing.T) {
 		t.Fatalf("want 2 lines:\n%s", out)
 	}
 }
+
+func TestQueueEventSummary(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "id: 1-0\nevent: queue_update\ndata: {\"topic\":\"queue:tag:status\",\"type\":\"queue_update\",\"timestamp\":1,\"data\":{\"queue\":\"tag\",\"pending\":15,\"running\":2,\"completed\":32,\"paused\":true,\"live_workers\":2}}\n\n")
+	}))
+	defer srv.Close()
+	code, out, errs := runCtl(t, map[string]string{ctl.EnvServer: srv.URL}, "events", "--limit", "1")
+	if code != 0 || !strings.Contains(out, "15 pending, 2 running, 32 done, 0 failed, 0 archived, 2 workers, paused") {
+		t.Fatalf("exit %d %s\n%s", code, errs, out)
+	}
+}
