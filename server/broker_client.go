@@ -32,8 +32,10 @@ type client struct {
 	subOnce      sync.Once
 	dropOnce     sync.Once
 
-	// behind wakes the client's goroutine when the fan-out left it out.
-	behind chan struct{}
+	// ctx is the connection's; wg counts its goroutines besides the
+	// handler (the join, then each catch-up).
+	ctx context.Context
+	wg  sync.WaitGroup
 
 	// Under the broker's mu. joined: in the live fan-out, where entries up
 	// to from reached it through its own catch-up, and last is the last one
@@ -73,7 +75,7 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: http.NewResponseController(w),
-		subscribedCh: make(chan struct{}), behind: make(chan struct{}, 1)}
+		subscribedCh: make(chan struct{})}
 	// An event stream outlives any server-wide write timeout.
 	_ = c.rc.SetWriteDeadline(time.Time{})
 	p, err := b.plan(ctx, lastID)
@@ -95,9 +97,10 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	b.mu.Unlock()
 	b.sse.CreateStream(c.id)
 
-	done := make(chan struct{})
+	c.ctx = ctx
+	c.wg.Add(1)
 	go func() {
-		defer close(done)
+		defer c.wg.Done()
 		b.join(ctx, c, p)
 	}()
 	// Returns once ctx ends: r3labs/sse deregisters the subscriber, which
@@ -111,7 +114,7 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	delete(b.catching, c)
 	b.mu.Unlock()
 	b.sse.RemoveStream(c.id) // ends a Publish of join that waits for room
-	<-done
+	c.wg.Wait()
 }
 
 // sseRequest is r as r3labs/sse expects it: its stream named in the query,
@@ -144,8 +147,8 @@ func (b *broker) leave(c *client) {
 // missed; or reset and a snapshot when that is gone), then catches up with
 // the stream and enters the live fan-out with no gap and no duplicate.
 // Later, whenever a burst fills the client's buffer, the fan-out leaves it
-// out and it catches up again from the stream, here, at its own pace; it is
-// dropped only when it falls more than MaxLag entries behind.
+// out and it catches up again from the stream at its own pace (fellBehind);
+// it is dropped only when it falls more than MaxLag entries behind.
 func (b *broker) join(ctx context.Context, c *client, p plan) {
 	select {
 	case <-c.subscribedCh:
@@ -164,17 +167,7 @@ func (b *broker) join(ctx context.Context, c *client, p plan) {
 		}
 		return
 	}
-	cursor := p.cursor
-	for b.catchUp(ctx, c, cursor) {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.behind:
-		}
-		b.mu.Lock()
-		cursor = c.last
-		b.mu.Unlock()
-	}
+	b.catchUp(ctx, c, p.cursor)
 }
 
 // catchUp sends c the matching entries after cursor from the stream, then
@@ -251,15 +244,19 @@ func (b *broker) enter(c *client, cursor streamID) bool {
 }
 
 // fellBehind takes c out of the live fan-out when its buffer is full (mu
-// held): its goroutine catches up from the stream.
+// held): a goroutine of its own catches it up from the stream, after the
+// last entry it was given. (serve waits for it: this happens only while c
+// is in the fan-out, before serve takes it out.)
 func (b *broker) fellBehind(c *client) {
 	b.leave(c)
 	b.catching[c] = struct{}{}
 	c.seq = b.seq - 1 // behind by the entry that did not fit
-	select {
-	case c.behind <- struct{}{}:
-	default:
-	}
+	cursor := c.last
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		b.catchUp(c.ctx, c, cursor)
+	}()
 }
 
 // replay sends c the matching entries after cursor (at most count; 0 =
