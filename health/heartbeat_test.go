@@ -366,6 +366,11 @@ func TestRunDegradedAndRecovered(t *testing.T) {
 	if h.Failures() != 0 || h.Beats() != 2 {
 		t.Errorf("after recovery: failures %d, beats %d; want 0, 2", h.Failures(), h.Beats())
 	}
+	// What the worker reports to /metrics: failures in all, and one
+	// degraded episode.
+	if h.Failed() != health.DegradedAfter+2 || h.Degraded() != 1 {
+		t.Errorf("after recovery: Failed %d, Degraded %d; want %d, 1", h.Failed(), h.Degraded(), health.DegradedAfter+2)
+	}
 	assertHeartbeatKey(t, base, fc.Now())
 	step()
 	if n := logs.count("msg=HEARTBEAT_RECOVERED"); n != 1 {

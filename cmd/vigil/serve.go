@@ -84,6 +84,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		return err
 	}
 	store := health.NewStore(rdb, cfg.Prefix, 0)
+	// Before anything is written: a newer key layout is refused (the
+	// supervisor checks again when it starts, for embedding programs).
+	if _, err := store.CheckSchema(ctx); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("admin server: %w", err)
