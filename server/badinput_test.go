@@ -156,3 +156,35 @@ func TestOversizeBodyClosesTheConnection(t *testing.T) {
 		t.Errorf("the smuggled request ran: %v", d)
 	}
 }
+
+// TestDeclaredBodyNeverSent: a request that declares a huge body and sends
+// none is answered at once, and its connection closed, not held until the
+// body read timeout.
+func TestDeclaredBodyNeverSent(t *testing.T) {
+	h := newHarness(t, setup{})
+	srv := httptest.NewServer(h.h)
+	defer srv.Close()
+	for _, target := range []string{"/api/v1/workers", "/api/v1/queues/" + h.q1 + "/jobs", "/api/v1/queues/a:b/pause"} {
+		method := http.MethodGet
+		if target != "/api/v1/workers" {
+			method = http.MethodPost
+		}
+		conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = conn.Write([]byte(method + " " + target + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testToken +
+			"\r\nContent-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n{"))
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		conn.Close()
+		if err != nil {
+			t.Errorf("%s %s: no answer within 5 s: %v", method, target, err)
+			continue
+		}
+		res.Body.Close()
+		if res.StatusCode >= 500 || !res.Close {
+			t.Errorf("%s %s: %d, Connection: close %v", method, target, res.StatusCode, res.Close)
+		}
+	}
+}

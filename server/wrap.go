@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"path"
@@ -11,8 +10,9 @@ import (
 )
 
 // wrap adds what every request gets, matched or not: a canonical path (no
-// redirects), problem details for unmatched routes, a deadline for reading
-// the body, and a 500 problem instead of a dropped connection on a panic.
+// redirects), problem details for unmatched routes, the body cap (413, the
+// connection closed) and a deadline for reading the body, and a 500
+// problem instead of a dropped connection on a panic.
 func (s *server) wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -29,12 +29,27 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 			writeProblem(w, http.StatusBadRequest, "path is not canonical (no ., .. or empty segments)")
 			return
 		}
+		if r.ContentLength > s.cfg.MaxBody {
+			// Refused before a byte of it is read, and the connection
+			// closed: Huma would stop reading at the cap, and net/http,
+			// which discards an unread rest of up to 256 KB only, would
+			// parse a longer rest as the next request on the connection (a
+			// request smuggled in a body). A client that never sends the
+			// body it declared is not waited for either. A chunked body
+			// has no such rest: net/http closes the connection itself when
+			// more than 256 KB of it is left.
+			w.Header().Set("Connection", "close")
+			writeProblem(w, http.StatusRequestEntityTooLarge, "request body is too large limit="+itoa(int(s.cfg.MaxBody))+" bytes")
+			return
+		}
 		if r.Body != nil && r.Body != http.NoBody {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyReadTimeout))
-			// MaxBytesReader also makes net/http close the connection once
-			// the cap is passed: otherwise the rest of an oversize body,
-			// left unread, is parsed as the next request on the connection.
-			body := &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)}
+			body := &bodyReader{ReadCloser: r.Body}
+			// The handlers get a copy of the request: net/http judges what
+			// is left of a body by the original's (a body declared far
+			// larger than what came closes the connection at once; given
+			// a body of another type it would wait for the rest).
+			r = r.WithContext(r.Context())
 			r.Body, w = body, &bodyErrorWriter{ResponseWriter: w, body: body}
 		}
 		if _, pattern := mux.Handler(r); pattern == "" {
@@ -63,8 +78,8 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 
 // bodyErrorWriter answers 400 rather than Huma's 500 when the body could
 // not be read because the client sent a broken one (a bad chunk, a
-// connection closed mid-body): the client's fault, not the server's; and
-// 413 when it passed max_body. Huma itself answers 408 for a read timeout.
+// connection closed mid-body): the client's fault, not the server's. Huma
+// itself answers 413 for a body over the cap and 408 for a read timeout.
 type bodyErrorWriter struct {
 	http.ResponseWriter
 	body     *bodyReader
@@ -74,11 +89,6 @@ type bodyErrorWriter struct {
 func (w *bodyErrorWriter) WriteHeader(code int) {
 	if code == http.StatusInternalServerError && w.body.err != nil {
 		w.replaced = true
-		var tooLarge *http.MaxBytesError
-		if errors.As(w.body.err, &tooLarge) {
-			writeProblem(w.ResponseWriter, http.StatusRequestEntityTooLarge, "request body is too large limit="+itoa(int(tooLarge.Limit))+" bytes")
-			return
-		}
 		writeProblem(w.ResponseWriter, http.StatusBadRequest, "cannot read the request body: "+w.body.err.Error())
 		return
 	}
