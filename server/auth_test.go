@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"encoding/base64"
 	"net/http"
 	"regexp"
 	"slices"
@@ -105,6 +106,16 @@ func TestEveryMutationNeedsTheToken(t *testing.T) {
 				t.Errorf("%s %s: 401 without WWW-Authenticate", op.method, op.path)
 			}
 		}
+		// An empty header, the wrong scheme, the token mangled or without
+		// its scheme, a forged session cookie: all refused alike.
+		for _, auth := range []string{"", "Bearer", "Bearer ", "Basic " + base64.StdEncoding.EncodeToString([]byte(testToken)),
+			"Token " + testToken, "Bearer" + testToken, testToken, "Bearer " + testToken + "x", "Bearer " + strings.ToUpper(testToken),
+			"Bearer " + testToken[:len(testToken)-1]} {
+			rec := h.do(req{method: op.method, path: op.path, body: body, header: map[string]string{"Authorization": auth}})
+			wantProblem(t, rec, http.StatusUnauthorized)
+		}
+		forged := &http.Cookie{Name: server.SessionCookie, Value: "9999999999." + strings.Repeat("0", 64)}
+		wantProblem(t, h.do(req{method: op.method, path: op.path, body: body, cookie: forged}), http.StatusUnauthorized)
 		rec := ro.do(req{method: op.method, path: op.path, body: body, token: testToken})
 		if p := wantProblem(t, rec, http.StatusForbidden); !strings.Contains(p.Detail, "read-only") {
 			t.Errorf("%s %s in read-only mode: %q", op.method, op.path, p.Detail)
