@@ -421,13 +421,6 @@ func (b *broker) keepAlive() {
 	}
 }
 
-// snapshotStats returns the counters.
-func (b *broker) snapshotStats() brokerStats {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.stats
-}
-
 // retry is a capped exponential backoff for Redis errors.
 type retry struct{ d time.Duration }
 
