@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -40,13 +41,22 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// startDemo builds vigil and runs `vigil demo` on a free loopback port
-// with an admin token; it is stopped (SIGTERM) when the test ends.
-func startDemo(t *testing.T) string {
+// demo is `vigil demo` on a loopback port, with an admin token.
+type demo struct {
+	t    *testing.T
+	bin  string
+	addr string
+	cmd  *exec.Cmd
+	logf *os.File
+	runs int
+}
+
+// startDemo builds vigil and starts `vigil demo` on a free loopback port;
+// it is stopped (SIGTERM) when the test ends.
+func startDemo(t *testing.T) *demo {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "vigil")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/vigil")
+	d := &demo{t: t, bin: filepath.Join(t.TempDir(), "vigil")}
+	build := exec.Command("go", "build", "-o", d.bin, "../cmd/vigil")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build vigil: %v\n%s", err, out)
 	}
@@ -54,44 +64,40 @@ func startDemo(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
+	d.addr = ln.Addr().String()
 	ln.Close()
-	logf, err := os.Create(filepath.Join(t.ArtifactDir(), "vigil-demo.log"))
+	d.start()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *demo) base() string { return "http://" + d.addr }
+
+// start runs the demo and waits until it is ready.
+func (d *demo) start() {
+	t := d.t
+	t.Helper()
+	d.runs++
+	logf, err := os.Create(filepath.Join(t.ArtifactDir(), fmt.Sprintf("vigil-demo-%d.log", d.runs)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "demo", "-listen", addr)
-	cmd.Env = append(os.Environ(), "VIGIL_TOKEN="+token)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	d.logf = logf
+	d.cmd = exec.Command(d.bin, "demo", "-listen", d.addr)
+	d.cmd.Env = append(os.Environ(), "VIGIL_TOKEN="+token)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("vigil demo exited with %v (log: %s)", err, logf.Name())
-			}
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Errorf("vigil demo did not stop within 20 s of SIGTERM")
-		}
-		logf.Close()
-	})
-	base := "http://" + addr
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(base + "/readyz")
+		resp, err := http.Get(d.base() + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base
+				return
 			}
 		}
 		if time.Now().After(deadline) {
@@ -99,6 +105,30 @@ func startDemo(t *testing.T) string {
 		}
 		<-tick.C
 	}
+}
+
+// stop sends SIGTERM and waits for the demo to exit (safe twice).
+func (d *demo) stop() {
+	t := d.t
+	if d.cmd == nil {
+		return
+	}
+	cmd := d.cmd
+	d.cmd = nil
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("vigil demo exited with %v (log: %s)", err, d.logf.Name())
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Errorf("vigil demo did not stop within 20 s of SIGTERM")
+	}
+	d.logf.Close()
 }
 
 // browser starts headless Chromium and records the page's console errors,
@@ -161,7 +191,8 @@ func browser(t *testing.T) (context.Context, func() []string) {
 // the session cookie) shows it paused.
 func TestDashboard(t *testing.T) {
 	chromium(t)
-	base := startDemo(t)
+	d := startDemo(t)
+	base := d.base()
 	ctx, problems := browser(t)
 	pollString := func(what, expr string) string {
 		t.Helper()
@@ -226,8 +257,10 @@ func TestDashboard(t *testing.T) {
 	// asks for it, starts a session and retries.
 	const qrow = `#queues tr[data-queue="tag"]`
 	poll("the tag queue's row", `!!document.querySelector('`+qrow+` button.pause:not([disabled])')`)
+	// The table is redrawn with each event, so click through the page
+	// itself rather than through a node id that may be gone meanwhile.
+	eval(`(() => { document.querySelector('` + qrow + ` button.pause').click(); return true; })()`)
 	if err := chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(qrow+` button.pause`)),
 		chromedp.WaitVisible(chromedp.CSS(`#login`)),
 		chromedp.SendKeys(chromedp.CSS(`#token`), token),
 		chromedp.Click(chromedp.CSS(`#login button[type=submit]`)),
@@ -247,6 +280,21 @@ func TestDashboard(t *testing.T) {
 	}
 	poll("the event log shows the pause", `[...document.querySelectorAll('#log li')].some(li => li.textContent.includes('pause queue:tag'))`)
 	shot(t, ctx, "dashboard.png")
+
+	// The page reconnects by itself: restart the demo (a new embedded
+	// Redis, so the page's Last-Event-ID is unknown there): the page
+	// reconnects, gets reset and a fresh snapshot, and shows the new
+	// workers without a reload.
+	eval(`(() => { window.__conn = []; new MutationObserver(() => window.__conn.push(document.querySelector('#conn').dataset.state)).observe(document.querySelector('#conn'), {attributes: true}); return true; })()`)
+	d.stop()
+	poll("the page notices", `window.__conn.includes('reconnecting')`)
+	restarted := time.Now()
+	d.start()
+	poll("the page is live again", `document.querySelector('#conn').dataset.state === 'live'`)
+	poll("the event log shows the reset", `[...document.querySelectorAll('#log li')].some(li => li.textContent.startsWith(li.querySelector('.t').textContent + 'reset'))`)
+	poll("the workers table shows the new demo's workers", `(() => { const r = `+row+`; return r && r.dataset.status === 'healthy' && r.querySelector('td.pid').textContent !== '`+newPID+`'; })()`)
+	poll("the tag queue is no longer paused (new Redis)", `document.querySelector('`+qrow+` td.paused').textContent === 'running'`)
+	t.Logf("the page showed the restarted demo %v after it was ready", time.Since(restarted).Round(time.Millisecond))
 	if p := problems(); len(p) > 0 {
 		t.Errorf("the page reported problems:\n%s", strings.Join(p, "\n"))
 	}

@@ -58,6 +58,10 @@ func (c SSEConfig) withDefaults() SSEConfig {
 	return c
 }
 
+// closeGrace is how long close lets streams end cleanly before it cuts
+// the writes of clients that do not read.
+const closeGrace = time.Second
+
 // subscriberBuffer is r3labs/sse's own channel per subscriber (64 events),
 // behind the stream's buffer.
 const subscriberBuffer = 64
@@ -162,13 +166,32 @@ func (b *broker) start(also ...func(context.Context)) {
 // goroutines: streams are closed before the sse server, so that none of
 // r3labs/sse's goroutines is left behind. Safe twice.
 func (b *broker) close() {
+	// End every stream cleanly (its handler returns and the response ends
+	// as it should); a client that does not read within closeGrace has its
+	// writes cut.
 	b.mu.Lock()
 	b.closed = true
 	for _, c := range b.clients {
-		c.drop()
+		c.cancel()
 	}
 	b.mu.Unlock()
-	b.conns.Wait()
+	served := make(chan struct{})
+	go func() {
+		b.conns.Wait()
+		close(served)
+	}()
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	select {
+	case <-served:
+	case <-grace.C:
+		b.mu.Lock()
+		for _, c := range b.clients {
+			c.drop()
+		}
+		b.mu.Unlock()
+		<-served
+	}
 	b.cancel()
 	b.unblock()
 	b.wg.Wait()
