@@ -471,3 +471,39 @@ func mustParseID(tb testing.TB, id string) [2]uint64 {
 }
 
 func idBefore(a, b [2]uint64) bool { return a[0] < b[0] || (a[0] == b[0] && a[1] < b[1]) }
+
+// TestEventsCloseWithStuckClient: Close returns even when a client never
+// reads and its socket is full (its writes are cut after the grace).
+func TestEventsCloseWithStuckClient(t *testing.T) {
+	h := newHarness(t, setup{})
+	srv, err := server.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveHTTP(t, srv)
+	topic := h.id(0).Topic()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\n\r\n", topic)
+	// A reader on the same topic tells when the sleeper has been sent
+	// everything, i.e. its socket buffers hold what they can.
+	reader := subscribe(t, base, []string{topic}, "")
+	pad := strings.Repeat("x", 64<<10)
+	for range 200 {
+		h.emit(topic, pad)
+		reader.next()
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = srv.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return with a client that does not read")
+	}
+}
