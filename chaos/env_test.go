@@ -23,7 +23,7 @@ const (
 // Environment of the suite.
 const (
 	envChaos  = "VIGIL_CHAOS"        // "1": the whole suite at full size (make chaos)
-	envOutage = "VIGIL_CHAOS_OUTAGE" // how long scenario 5 keeps Redis down (default 60s, short variant 3s)
+	envOutage = "VIGIL_CHAOS_OUTAGE" // how long scenario 5 keeps Redis down (default 60s, short variant 2s)
 	envLogs   = "VIGIL_CHAOS_LOGS"   // a folder: every host's whole log is written there
 )
 
@@ -62,7 +62,7 @@ func pick[T any](short, long T) T {
 // outageLength is how long scenario 5 keeps Redis down.
 func outageLength(t *testing.T) time.Duration {
 	t.Helper()
-	d := pick(3*time.Second, 60*time.Second)
+	d := pick(2*time.Second, 60*time.Second)
 	if v := os.Getenv(envOutage); v != "" {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil || d <= 0 {

@@ -18,9 +18,11 @@ const (
 	downKeep                      // SHUTDOWN SAVE, down for outageLength, start again
 )
 
-func TestRedisRestartKeepingData(t *testing.T) { redisOutage(t, restartKeep) }
-func TestRedisRestartLosingData(t *testing.T)  { redisOutage(t, restartLose) }
-func TestRedisDown(t *testing.T)               { redisOutage(t, downKeep) }
+// The three run in parallel (each has its own redis-servers and host):
+// most of their time is waiting for wall time to pass.
+func TestRedisRestartKeepingData(t *testing.T) { t.Parallel(); redisOutage(t, restartKeep) }
+func TestRedisRestartLosingData(t *testing.T)  { t.Parallel(); redisOutage(t, restartLose) }
+func TestRedisDown(t *testing.T)               { t.Parallel(); redisOutage(t, downKeep) }
 
 // redisOutage is scenario 5. A host runs a pool with jobs flowing and a
 // second pool whose queue is paused with jobs waiting; one worker has a
@@ -62,7 +64,7 @@ func redisOutage(t *testing.T, kind outageKind) {
 	}
 	h.must(http.MethodPost, "/api/v1/queues/"+held+"/pause", nil, http.StatusOK, nil)
 	heldJobs := r.enqueue(held, 20, 10, 20)
-	jobs := r.enqueue(work, pick(150, 400), 50, 150)
+	jobs := r.enqueue(work, pick(80, 400), pick(20, 50), pick(80, 150))
 	if !r.events.wait(30*time.Second, 20*time.Millisecond, func() bool { return r.ledger.done() >= 20 }) {
 		t.Fatalf("no job completed")
 	}

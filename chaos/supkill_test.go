@@ -30,9 +30,9 @@ func TestSupervisorKill(t *testing.T) {
 	killed := map[int]bool{first[0].PID: true}
 	sigkill(t, first[0].PID)
 	before := r.waitHealthy(slots(q, workers), 30*time.Second, killed)
-	// Jobs of 0.2–4 s: at the kill, some finish within the shutdown
-	// timeout, the others are handed back.
-	tasks := r.enqueue(q, pick(40, 200), 200, 4000)
+	// Jobs of 0.2–4 s (2.5 s short): at the kill, some finish within the
+	// shutdown timeout, the others are handed back.
+	tasks := r.enqueue(q, pick(24, 200), 200, pick(2500, 4000))
 	if !r.events.wait(30*time.Second, 20*time.Millisecond, func() bool { return len(r.ledger.owners()) >= workers*2 }) {
 		t.Fatal("the pool never ran a job in every slot")
 	}
