@@ -95,13 +95,15 @@ func newRedis(t *testing.T) *redisProc {
 // restartKeepingData saves everything and stops the server (SHUTDOWN SAVE,
 // so that no write is lost between a SAVE and the stop), then starts it
 // again with its data.
-func (r *redisProc) restartKeepingData(t *testing.T, down time.Duration) {
+func (r *redisProc) restartKeepingData(t *testing.T, down time.Duration, during func()) {
 	t.Helper()
 	r.shutdownSave(t)
-	if down > 0 {
-		// The outage's length is the scenario's input: wall time passing.
-		<-time.After(down)
+	end := time.Now().Add(down)
+	if during != nil {
+		during()
 	}
+	// The outage's length is the scenario's input: wall time passing.
+	<-time.After(time.Until(end))
 	r.Start()
 }
 

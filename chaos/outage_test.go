@@ -54,6 +54,8 @@ func redisOutage(t *testing.T, kind outageKind) {
 	h := startHost(t, spec)
 	all := append(slots(work, workers), slots(held, 1)...)
 	before := r.waitHealthy(all, 30*time.Second)
+	// A client of the event stream, as a browser's, there through the outage.
+	sse := readEvents(t, h, "")
 
 	// A restart history for Redis to keep, or lose and get back.
 	killed := map[int]bool{before[0].PID: true}
@@ -79,13 +81,14 @@ func redisOutage(t *testing.T, kind outageKind) {
 	}
 	outageStart := len(r.events.all())
 	down := time.Now()
+	var late *sseReader // an event client that comes during the outage
 	switch kind {
 	case restartKeep:
-		r.redis.restartKeepingData(t, 0)
+		r.redis.restartKeepingData(t, 0, nil)
 	case restartLose:
 		r.redis.restartLosingData(t)
 	case downKeep:
-		r.redis.restartKeepingData(t, outageLength(t))
+		r.redis.restartKeepingData(t, outageLength(t), func() { late = readEvents(t, h, "") })
 	}
 	back := time.Now()
 	t.Logf("Redis away %s", back.Sub(down).Round(time.Millisecond))
@@ -176,6 +179,15 @@ func redisOutage(t *testing.T, kind outageKind) {
 	if since == 0 {
 		t.Errorf("no event on the stream since Redis came back")
 	}
+	delivered := sse.since(back)
+	if delivered == 0 {
+		n, refused := sse.resumed()
+		t.Errorf("the event client got no message since Redis came back (%d resumes, %d refused)", n, refused)
+	}
+	if late != nil && late.since(back) == 0 {
+		n, refused := late.resumed()
+		t.Errorf("the event client that came during the outage got no message since Redis came back (%d resumes, %d refused)", n, refused)
+	}
 	if v := r.ledger.violations(); len(v) > 0 {
 		t.Errorf("tasks ran in two handlers at once: %v", v)
 	}
@@ -190,8 +202,9 @@ func redisOutage(t *testing.T, kind outageKind) {
 	for _, u := range tl.unexplained {
 		t.Errorf("repeated completion: %s", u)
 	}
+	resumes, refused := sse.resumed()
 	unrecorded := h.log.count("Will retry syncing")
 	h.term(spec.StopTimeout + 5*time.Second)
-	result(t, "away=%s in_flight=%v workers_killed=0 restarts_counted=0 jobs=%d lost=%d duplicated=%d (completed during the outage, run again by asynq's lease recovery) asynq_unrecorded_completions=%d gone_with_the_data=%d events_since=%d",
-		back.Sub(down).Round(time.Millisecond), inFlight, tl.jobs, tl.lost, tl.duplicated, unrecorded, gone, since)
+	result(t, "away=%s in_flight=%v workers_killed=0 restarts_counted=0 jobs=%d lost=%d duplicated=%d (completed during the outage, run again by asynq's lease recovery) asynq_unrecorded_completions=%d gone_with_the_data=%d events_since=%d delivered_to_an_sse_client_since=%d (resumes %d, refused %d)",
+		back.Sub(down).Round(time.Millisecond), inFlight, tl.jobs, tl.lost, tl.duplicated, unrecorded, gone, since, delivered, resumes, refused)
 }
