@@ -124,10 +124,3 @@ func (r *redisProc) restartLosingData(t *testing.T) {
 	r.Wipe()
 	r.Start()
 }
-
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}

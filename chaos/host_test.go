@@ -161,8 +161,6 @@ func cleanEnv() []string {
 	return out
 }
 
-func (h *host) pid() int { return h.cmd.Process.Pid }
-
 func (h *host) exited() bool {
 	select {
 	case <-h.done:

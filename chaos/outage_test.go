@@ -205,6 +205,6 @@ func redisOutage(t *testing.T, kind outageKind) {
 	resumes, refused := sse.resumed()
 	unrecorded := h.log.count("Will retry syncing")
 	h.term(spec.StopTimeout + 5*time.Second)
-	result(t, "away=%s in_flight=%v workers_killed=0 restarts_counted=0 jobs=%d lost=%d duplicated=%d (completed during the outage, run again by asynq's lease recovery) asynq_unrecorded_completions=%d gone_with_the_data=%d events_since=%d delivered_to_an_sse_client_since=%d (resumes %d, refused %d)",
+	result(t, "away=%s in_flight=%v workers_killed=0 restarts_counted=0 jobs=%d lost=%d duplicated=%d asynq_unrecorded_completions=%d gone_with_the_data=%d events_since=%d delivered_to_an_sse_client_since=%d (resumes %d, refused %d)",
 		back.Sub(down).Round(time.Millisecond), inFlight, tl.jobs, tl.lost, tl.duplicated, unrecorded, gone, since, delivered, resumes, refused)
 }
