@@ -300,28 +300,7 @@ func TestClusterHostSIGKILL(t *testing.T) {
 	sampler := sampleNoDoubles(t, env.Prefix, stop)
 	defer func() { close(stop); sampler.Wait() }()
 
-	startC := func() *exec.Cmd {
-		cmd := exec.Command(testSupervisor, "-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
-			"-workers", "6", "-host", "c", "-lease", clusterLease.String(), "-cluster")
-		var stderr syncBuf
-		cmd.Stderr = &stderr
-		out, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("host c's log:\n%s", stderr.b.String())
-			}
-		})
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		if strings.TrimSpace(line) != "started" {
-			t.Fatalf("host c did not start: %q\n%s", line, stderr.b.String())
-		}
-		return cmd
-	}
+	startC := func() *exec.Cmd { return startHostProcess(t, env, "c", 6, clusterLease) }
 	c := startC()
 	waitSpread(t, store, 6, []string{"a", "b", "c"}, 2)
 	killed := time.Now()
@@ -350,27 +329,7 @@ func TestHostRestartedAfterSIGKILLComesBackAtOnce(t *testing.T) {
 	env := testredis.New(t)
 	store := health.NewStore(env.Client, env.Prefix, 0)
 	const lease = time.Minute // far longer than the test may take
-	start := func() *exec.Cmd {
-		cmd := exec.Command(testSupervisor, "-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
-			"-workers", "2", "-host", "x", "-lease", lease.String(), "-cluster")
-		var stderr syncBuf
-		cmd.Stderr = &stderr
-		out, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("host x's log:\n%s", stderr.b.String())
-			}
-		})
-		if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
-			t.Fatalf("host x did not start: %q\n%s", line, stderr.b.String())
-		}
-		return cmd
-	}
+	start := func() *exec.Cmd { return startHostProcess(t, env, "x", 2, lease) }
 	first := start()
 	before := map[health.ComponentID]int{}
 	for _, id := range ids("q", 2) {
@@ -391,4 +350,30 @@ func TestHostRestartedAfterSIGKILLComesBackAtOnce(t *testing.T) {
 		}
 	}
 	t.Logf("host x back with its slots %s after its restart (lease %s)", time.Since(again).Round(time.Millisecond), lease)
+}
+
+// startHostProcess runs a supervisor of host with n workers of q in a
+// process of its own (testsupervisor -cluster) and returns once it runs;
+// the test's cleanup kills it and shows its log if the test failed.
+func startHostProcess(t *testing.T, env *testredis.Env, host string, n int, lease time.Duration) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(testSupervisor, "-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
+		"-workers", strconv.Itoa(n), "-host", host, "-lease", lease.String(), "-cluster")
+	var stderr syncBuf
+	cmd.Stderr = &stderr
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("host %s's log:\n%s", host, stderr.b.String())
+		}
+	})
+	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
+		t.Fatalf("host %s did not start: %q\n%s", host, line, stderr.b.String())
+	}
+	return cmd
 }
