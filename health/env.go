@@ -21,6 +21,10 @@ const (
 	EnvHeartbeatTTL      = "VIGIL_HEARTBEAT_TTL"
 	EnvShutdownTimeout   = "VIGIL_SHUTDOWN_TIMEOUT"
 	EnvJobCrashRetries   = "VIGIL_JOB_CRASH_RETRIES"
+	// EnvSpawn is unique to one start of one worker; its descendants
+	// inherit it, which is how the supervisor finds those that left the
+	// worker's process group.
+	EnvSpawn = "VIGIL_SPAWN_ID"
 	// Optional, per pool (DESIGN.md §6, §10): scratch directories and
 	// backpressure. Absent means the default (off).
 	EnvKeepScratch               = "VIGIL_KEEP_SCRATCH_ON_SUCCESS"

@@ -41,25 +41,27 @@ type ActionView struct {
 // WorkerView is a component as the API and events show it (the seed's
 // worker_update shape, extended).
 type WorkerView struct {
-	Component        string `json:"component"`
-	ID               int    `json:"id"`
-	QueueType        string `json:"queue_type"`
-	Status           string `json:"status"`
-	Reason           string `json:"reason,omitempty"`
-	Held             bool   `json:"held"`
-	Host             string `json:"host,omitempty"`
-	PID              int    `json:"pid,omitempty"`
-	CurrentJob       string `json:"current_job,omitempty"`
-	ExitCode         *int   `json:"exit_code,omitempty"`
-	Signal           string `json:"signal,omitempty"`
-	RestartCount     int    `json:"restart_count"`
-	LifetimeRestarts int    `json:"lifetime_restarts"`
-	StartedAt        int64  `json:"started_at,omitempty"`
-	LastHeartbeat    int64  `json:"last_heartbeat,omitempty"`
-	HealthySince     int64  `json:"healthy_since,omitempty"`
-	UpdatedAt        int64  `json:"updated_at,omitempty"`
-	FailedAt         int64  `json:"failed_at,omitempty"`
-	FailureReason    string `json:"failure_reason,omitempty"`
+	Component        string  `json:"component"`
+	ID               int     `json:"id"`
+	QueueType        string  `json:"queue_type"`
+	Status           string  `json:"status"`
+	Reason           string  `json:"reason,omitempty"`
+	Held             bool    `json:"held"`
+	Host             string  `json:"host,omitempty"`
+	PID              int     `json:"pid,omitempty"`
+	CurrentJob       string  `json:"current_job,omitempty"`
+	ExitCode         *int    `json:"exit_code,omitempty"`
+	Signal           string  `json:"signal,omitempty"`
+	RestartCount     int     `json:"restart_count"`
+	LifetimeRestarts int     `json:"lifetime_restarts"`
+	StartedAt        int64   `json:"started_at,omitempty"`
+	LastHeartbeat    int64   `json:"last_heartbeat,omitempty"`
+	HealthySince     int64   `json:"healthy_since,omitempty"`
+	UpdatedAt        int64   `json:"updated_at,omitempty"`
+	FailedAt         int64   `json:"failed_at,omitempty"`
+	FailureReason    string  `json:"failure_reason,omitempty"`
+	LastRestart      int64   `json:"last_restart,omitempty"`
+	RecentCrashes    []int64 `json:"recent_crashes,omitempty"`
 }
 
 func unixMS(t time.Time) int64 {
@@ -94,6 +96,10 @@ func (c Component) View() WorkerView {
 	if c.HasExit {
 		code := c.ExitCode
 		v.ExitCode = &code
+	}
+	v.LastRestart = unixMS(c.Restarts.LastRestart)
+	for _, t := range c.Restarts.Crashes {
+		v.RecentCrashes = append(v.RecentCrashes, t.UnixMilli())
 	}
 	return v
 }

@@ -38,6 +38,18 @@ const (
 	BeatWritten   BeatResult = iota // heartbeat written
 	BeatHealthy                     // written, and starting became healthy
 	BeatRecreated                   // written, and the missing record re-created
+	// BeatPending: nothing written, the record is starting without a pid
+	// yet (the supervisor records it right after the fork). Beat tries a
+	// few times before answering it; the next beat tries again.
+	BeatPending
+)
+
+// pendingTries and pendingWait bound how long Beat waits for the
+// supervisor to record the new process's pid (one Redis round trip after
+// the fork, normally long before the child's first beat).
+const (
+	pendingTries = 10
+	pendingWait  = 20 * time.Millisecond
 )
 
 // Heartbeater writes one worker's heartbeats (worker side).
@@ -87,21 +99,40 @@ func (h *Heartbeater) logger() *slog.Logger {
 }
 
 // Beat writes one heartbeat in one round trip (two after a transition, to
-// announce it). It returns ErrStale when the process must exit.
+// announce it). It returns ErrStale when the process must exit, and
+// BeatPending, having written nothing, when the record still waits for
+// this process's pid.
 func (h *Heartbeater) Beat(ctx context.Context) (BeatResult, error) {
-	now := h.clock().Now()
 	k := h.Store.keys
-	res, err := heartbeatScript.Run(ctx, h.Store.rdb, []string{k.Heartbeat(h.ID), k.Component(h.ID)},
-		h.PID, now.UnixMilli(), h.TTL.Milliseconds(), h.Host, h.ID.Queue, h.ID.Slot, ms(h.StartedAt)).Slice()
-	if err != nil {
-		return 0, fmt.Errorf("heartbeat %s: %w", h.ID, err)
+	var code int64
+	var status string
+	for try := 1; ; try++ {
+		now := h.clock().Now()
+		res, err := heartbeatScript.Run(ctx, h.Store.rdb, []string{k.Heartbeat(h.ID), k.Component(h.ID)},
+			h.PID, now.UnixMilli(), h.TTL.Milliseconds(), h.Host, h.ID.Queue, h.ID.Slot, ms(h.StartedAt)).Slice()
+		if err != nil {
+			return 0, fmt.Errorf("heartbeat %s: %w", h.ID, err)
+		}
+		code, _ = res[0].(int64)
+		status, _ = res[1].(string)
+		if BeatResult(code) != BeatPending || try == pendingTries {
+			break
+		}
+		t := time.NewTimer(pendingWait) // waiting on another process's write
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return BeatPending, nil
+		case <-t.C:
+		}
 	}
-	code, _ := res[0].(int64)
-	status, _ := res[1].(string)
 	if code < 0 {
 		return 0, fmt.Errorf("%w (%s is %q)", ErrStale, h.ID, status)
 	}
 	r := BeatResult(code)
+	if r == BeatPending {
+		return r, nil
+	}
 	if r == BeatHealthy || r == BeatRecreated {
 		h.announce(ctx, r)
 	}
@@ -155,11 +186,13 @@ func (h *Heartbeater) Run(ctx context.Context) error {
 func (h *Heartbeater) once(ctx context.Context) error {
 	bctx, cancel := context.WithTimeout(ctx, h.Interval)
 	defer cancel()
-	_, err := h.Beat(bctx)
+	res, err := h.Beat(bctx)
 	switch {
 	case err == nil:
 		h.stale = 0
-		h.beats.Add(1)
+		if res != BeatPending {
+			h.beats.Add(1)
+		}
 		if h.failures.Swap(0) >= DegradedAfter {
 			h.logger().Info("HEARTBEAT_RECOVERED", "component", h.ID.String())
 		}

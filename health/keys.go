@@ -153,12 +153,42 @@ const (
 // QueueStats is the hash of a queue's rolling job statistics (avg_ms).
 func (k Keys) QueueStats(q string) string { return k.Prefix + "qstats:{" + q + "}" }
 
+// DeadOwners is the sorted set of queue q's dead worker processes (their
+// tasks' owner field, "<component>:<pid>") → when their tasks were
+// requeued (ms). A dequeue takes no task for one of them: a command a
+// process sent just before it died can reach Redis after that requeue.
+// It shares the slot of asynq's keys for q.
+func (k Keys) DeadOwners(q string) string { return k.Prefix + "deadowners:{" + q + "}" }
+
+// Schedules is the index of periodic-task schedules (package schedule):
+// name → queue, plus the fields ScheduleRevField (bumped by every change,
+// so that the leader reloads) and ScheduleConfigField (the digest of the
+// last schedules applied from a configuration).
+func (k Keys) Schedules() string { return k.Prefix + "schedules" }
+
+// Fields of Schedules that are no schedule name (a name never starts with
+// '#').
+const (
+	ScheduleRevField    = "#rev"
+	ScheduleConfigField = "#config"
+)
+
+// Schedule is schedule name's record: its definition and its fire state
+// (the last tick decided, the last tasks). It shares the slot of asynq's
+// keys for its queue q, so that a fire enqueues the task and records the
+// tick in one script.
+func (k Keys) Schedule(q, name string) string { return k.Prefix + "schedule:{" + q + "}:" + name }
+
 // Commands is the list through which other hosts' admin servers ask host h
 // to act on a component it holds.
 func (k Keys) Commands(h string) string { return k.Prefix + "cmd:{" + h + "}" }
 
 // Reply is where the answer to command id is pushed.
 func (k Keys) Reply(id string) string { return k.Prefix + "reply:" + id }
+
+// Session is a dashboard session, by the random nonce its cookie holds: it
+// exists while the session is valid (DELETE /api/v1/session removes it).
+func (k Keys) Session(nonce string) string { return k.Prefix + "session:" + nonce }
 
 // Schema is the key-layout version.
 func (k Keys) Schema() string { return k.Prefix + "schema" }

@@ -30,6 +30,9 @@ func TestKeys(t *testing.T) {
 		{"", "events", health.Keys.Events, "vigil:events"},
 		{"", "job crashes", func(k health.Keys) string { return k.JobCrashes("tag", "4f1c") }, "vigil:job:{tag}:4f1c:crashes"},
 		{"", "schema", health.Keys.Schema, "vigil:schema"},
+		{"", "schedules", health.Keys.Schedules, "vigil:schedules"},
+		{"", "schedule", func(k health.Keys) string { return k.Schedule("tag", "nightly") }, "vigil:schedule:{tag}:nightly"},
+		{"", "session", func(k health.Keys) string { return k.Session("0f3a") }, "vigil:session:0f3a"},
 		{"acme:", "custom prefix", func(k health.Keys) string { return k.Heartbeat(health.ComponentID{Queue: "library", Slot: 12}) }, "acme:hb:{worker:library:12}"},
 		{"acme:", "custom prefix events", health.Keys.Events, "acme:events"},
 	}
@@ -52,6 +55,10 @@ func TestKeysShareHashTag(t *testing.T) {
 		if got := hashTag(key); got != want {
 			t.Errorf("hash tag of %q = %q, want %q", key, got, want)
 		}
+	}
+	// A schedule's record shares its queue's slot with asynq:{<q>}:….
+	if got := hashTag(k.Schedule("calibration", "nightly")); got != "calibration" {
+		t.Errorf("hash tag of a schedule = %q, want %q", got, "calibration")
 	}
 	// A task's crash counter shares its queue's slot with asynq:{<q>}:….
 	if got := hashTag(k.JobCrashes("calibration", "t1")); got != "calibration" {

@@ -2,16 +2,44 @@ package health
 
 import "github.com/redis/go-redis/v9"
 
+// ownerCheck is the owner test of writeScript and setPIDScript (issue 12,
+// invariant 3: only the holder of a slot's lease writes its record). With
+// an owner given (a lease value, "<host>/<instance>"), a write goes through
+// only if the slot's lease is that owner's, or if the lease is gone (it
+// expired during an outage, or Redis lost its data) and the record names no
+// other instance (it is absent, re-created by a worker's heartbeat without
+// one, or the owner's own). Otherwise it returns {-1, holder}.
+// KEYS[1] is the component hash, KEYS[2] the slot lease; owner is a Lua
+// variable, empty for no check.
+const ownerCheck = `
+if owner ~= '' then
+  local l = redis.call('GET', KEYS[2])
+  if l then
+    if l ~= owner then return {-1, l} end
+  else
+    local f = redis.call('HMGET', KEYS[1], 'host', 'instance')
+    if f[2] and f[2] ~= '' and ((f[1] or '') .. '/' .. f[2]) ~= owner then return {-1, (f[1] or '') .. '/' .. f[2]} end
+  end
+end
+`
+
 // writeScript stores a component's record and restart history in one atomic
-// step, after checking that the stored status may change as asked.
+// step, after checking that the writer owns the slot (ownerCheck) and that
+// the stored status may change as asked.
 //
-// KEYS: component hash, restarts hash, crash window, heartbeat key.
-// ARGV[1]: JSON {from: [state…] or absent (no check), set: {field: value},
-// del: [field…], restarts: {field: value} or absent, crashes: [[score,
+// KEYS: component hash, slot lease, restarts hash, crash window, heartbeat
+// key (one hash tag: one Redis Cluster slot).
+// ARGV[1]: JSON {owner: lease value or absent (no owner check), from:
+// [state…] or absent (no status check), set: {field: value}, del:
+// [field…], restarts: {field: value} or absent, crashes: [[score,
 // member]…] (replaces the window when restarts is present), del_hb: bool}.
-// Returns {1, previous state} on success, {0, current state} when refused.
+// Returns {1, previous state} on success, {0, current state} when the
+// status machine refuses, {-1, lease holder} when the writer is not the
+// owner.
 var writeScript = redis.NewScript(`
 local a = cjson.decode(ARGV[1])
+local owner = a.owner or ''
+` + ownerCheck + `
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then st = '' end
 local tok = st
@@ -28,12 +56,12 @@ if a.del then for _, f in ipairs(a.del) do redis.call('HDEL', KEYS[1], f) end en
 if a.restarts then
   args = {}
   for k, v in pairs(a.restarts) do args[#args+1] = k; args[#args+1] = v end
-  redis.call('DEL', KEYS[2])
-  if #args > 0 then redis.call('HSET', KEYS[2], unpack(args)) end
   redis.call('DEL', KEYS[3])
-  if a.crashes then for _, c in ipairs(a.crashes) do redis.call('ZADD', KEYS[3], c[1], c[2]) end end
+  if #args > 0 then redis.call('HSET', KEYS[3], unpack(args)) end
+  redis.call('DEL', KEYS[4])
+  if a.crashes then for _, c in ipairs(a.crashes) do redis.call('ZADD', KEYS[4], c[1], c[2]) end end
 end
-if a.del_hb then redis.call('DEL', KEYS[4]) end
+if a.del_hb then redis.call('DEL', KEYS[5]) end
 return {1, tok}
 `)
 
@@ -41,19 +69,23 @@ return {1, tok}
 //
 // KEYS: heartbeat key, component hash.
 // ARGV: pid, now ms, ttl ms, host, queue, slot, started_at ms.
-// A record in starting with no pid yet is adopted (the supervisor writes it
-// before the fork and the pid right after).
 // Returns {code, status}: code -1 stale (another pid owns the record, or the
 // record says the process is not running: the writer must exit), 0 beat
-// written, 1 beat written and starting → healthy, 2 record re-created.
+// written, 1 beat written and starting → healthy, 2 record re-created, 3
+// pending: the record is starting without a pid (the supervisor writes it
+// before the fork and the pid right after), nothing written, try again.
+// A starting record without a pid is never adopted (issue 12, defect 8): a
+// stale process (a fenced worker, an orphan of a killed supervisor) would
+// take the new child's place.
 var heartbeatScript = redis.NewScript(`
 local pid = redis.call('HGET', KEYS[2], 'pid')
 local st = redis.call('HGET', KEYS[2], 'status')
 if pid and pid ~= ARGV[1] then return {-1, st or ''} end
 if pid and st ~= 'starting' and st ~= 'healthy' and st ~= 'stopping' then return {-1, st or ''} end
--- no pid: no record (Redis lost its data), or a record the supervisor wrote
--- just before spawning this process: adopt it. Anything else is not ours.
-if not pid and st and st ~= 'starting' then return {-1, st} end
+if not pid and st == 'starting' then return {3, st} end
+-- no pid and no record: Redis lost its data: re-create it. Anything else
+-- is not ours.
+if not pid and st then return {-1, st} end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if not pid then
   redis.call('HSET', KEYS[2], 'status', 'healthy', 'pid', ARGV[1], 'host', ARGV[4], 'queue', ARGV[5],
@@ -69,11 +101,19 @@ redis.call('HSET', KEYS[2], 'last_heartbeat', ARGV[2])
 return {0, st}
 `)
 
-// setPIDScript records the pid of a just-spawned process unless the record
-// already names another one. KEYS: component hash. ARGV: pid.
+// setPIDScript records the pid of a just-spawned process in its starting
+// record, if the writer owns the slot (ownerCheck) and the record names no
+// other process.
+// KEYS: component hash, slot lease. ARGV: pid, owner (lease value, empty
+// for no owner check).
+// Returns {1, ""} recorded, {0, pid} the record names another pid, {-1,
+// holder} not the owner, {-2, ""} no record (Redis lost its data).
 var setPIDScript = redis.NewScript(`
+local owner = ARGV[2]
+` + ownerCheck + `
+if not redis.call('HGET', KEYS[1], 'status') then return {-2, ''} end
 local cur = redis.call('HGET', KEYS[1], 'pid')
-if cur and cur ~= ARGV[1] then return 0 end
+if cur and cur ~= ARGV[1] then return {0, cur} end
 redis.call('HSET', KEYS[1], 'pid', ARGV[1])
-return 1
+return {1, ''}
 `)

@@ -15,6 +15,28 @@ import (
 // ErrNotFound is returned for a component with no record.
 var ErrNotFound = errors.New("not found")
 
+// ErrNotOwner is returned for a write by a supervisor that does not own the
+// component's slot (see Write.Owner).
+var ErrNotOwner = errors.New("not the owner of the slot")
+
+// ErrPIDTaken is returned by SetPID when the record already names another
+// process.
+var ErrPIDTaken = errors.New("the record names another process")
+
+// OwnerError says who holds the slot a refused write was for.
+type OwnerError struct {
+	Component ComponentID
+	Writer    string // the writer's lease value
+	Holder    string // the lease's value, or the record's host/instance when the lease is gone
+}
+
+func (e *OwnerError) Error() string {
+	return fmt.Sprintf("%s: %s may not write its record: the slot is %s's", e.Component, e.Writer, e.Holder)
+}
+
+// Unwrap makes errors.Is(err, ErrNotOwner) hold.
+func (e *OwnerError) Unwrap() error { return ErrNotOwner }
+
 // Store reads and writes the health state of DESIGN.md §3.
 type Store struct {
 	rdb       redis.UniversalClient
@@ -43,6 +65,12 @@ type Write struct {
 	// Component.Status by it (DESIGN.md §4), unless NoCheck.
 	Actor   Actor
 	NoCheck bool
+	// Owner, if set, is the writer's lease value (LeaseValue(host,
+	// instance)): the write is refused with an *OwnerError unless the
+	// slot's lease is the writer's, or the lease is gone and the record
+	// names no other instance. A supervisor always sets it: only the holder
+	// of a slot writes its record (DESIGN.md §11).
+	Owner string
 	// Restarts writes Component.Restarts (history hash and crash window).
 	Restarts bool
 	// ClearHeartbeat deletes the heartbeat key (a new process starts clean).
@@ -57,6 +85,7 @@ type Write struct {
 }
 
 type writeArgs struct {
+	Owner    string            `json:"owner,omitempty"`
 	From     []state           `json:"from,omitempty"`
 	Set      map[string]string `json:"set"`
 	Del      []string          `json:"del,omitempty"`
@@ -103,12 +132,13 @@ func recordFields(c Component) (set map[string]string, del []string) {
 
 // Write stores c (its record, and its restart history if w.Restarts) and then
 // the index entry and the event. The record write is atomic and refused with
-// a *TransitionError when the status machine forbids it; a refused write
+// an *OwnerError when the writer does not own the slot (w.Owner), with a
+// *TransitionError when the status machine forbids it; a refused write
 // changes nothing and announces nothing (hence two round trips: the event
 // stream and the index are in other slots than the record).
 func (s *Store) Write(ctx context.Context, c Component, w Write) (prev Status, err error) {
 	set, del := recordFields(c)
-	a := writeArgs{Set: set, Del: del, DelHB: w.ClearHeartbeat}
+	a := writeArgs{Owner: w.Owner, Set: set, Del: del, DelHB: w.ClearHeartbeat}
 	if !w.NoCheck {
 		a.From = allowedFrom(c.Status, w.Actor)
 		if a.From == nil {
@@ -129,7 +159,7 @@ func (s *Store) Write(ctx context.Context, c Component, w Write) (prev Status, e
 	// The record first, alone: a refused write must neither announce nor
 	// index anything, and the event and the index live in other slots, so
 	// neither the script nor a pipeline could make them conditional.
-	out, err := writeScript.Run(ctx, s.rdb, []string{s.keys.Component(id), s.keys.Restarts(id), s.keys.Crashes(id), s.keys.Heartbeat(id)}, arg).Slice()
+	out, err := writeScript.Run(ctx, s.rdb, []string{s.keys.Component(id), s.keys.Slot(id), s.keys.Restarts(id), s.keys.Crashes(id), s.keys.Heartbeat(id)}, arg).Slice()
 	if err != nil {
 		return "", fmt.Errorf("write %s: %w", id, err)
 	}
@@ -137,6 +167,9 @@ func (s *Store) Write(ctx context.Context, c Component, w Write) (prev Status, e
 		return "", fmt.Errorf("write %s: unexpected reply %v", id, out)
 	}
 	tok, _ := out[1].(string)
+	if n, _ := out[0].(int64); n == -1 {
+		return "", &OwnerError{Component: id, Writer: w.Owner, Holder: tok}
+	}
 	prev, held := parseState(tok)
 	if n, _ := out[0].(int64); n != 1 {
 		return prev, &TransitionError{Component: id, From: prev, Held: held, To: c.Status, Actor: w.Actor}
@@ -189,7 +222,7 @@ func isNoScript(err error) bool {
 // Load prepares the scripts on the server so that pipelined EVALSHA calls
 // find them.
 func (s *Store) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{writeScript, heartbeatScript} {
+	for _, sc := range []*redis.Script{writeScript, heartbeatScript, setPIDScript} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
 			return fmt.Errorf("load script: %w", err)
 		}
@@ -230,14 +263,33 @@ func (s *Store) AddEvent(ctx context.Context, e Event) (string, error) {
 }
 
 // SetPID records the pid of c's just-spawned process (the record was written
-// in starting, without a pid, before the fork) and appends c's event, in
-// one round trip.
-func (s *Store) SetPID(ctx context.Context, c Component) error {
-	pipe := s.rdb.Pipeline()
-	setPIDScript.Eval(ctx, pipe, []string{s.keys.Component(c.ID)}, c.PID)
-	s.addEvent(ctx, pipe, WorkerEvent(c, c.UpdatedAt))
-	if _, err := pipe.Exec(ctx); err != nil {
+// in starting, without a pid, before the fork) and then appends c's event.
+// owner is the writer's lease value ("" for no owner check, see
+// Write.Owner). It fails with ErrNotOwner (an *OwnerError) when the slot is
+// another's, ErrPIDTaken when the record names another process, and
+// ErrNotFound when there is no record (Redis lost its data): in each case
+// nothing is written.
+func (s *Store) SetPID(ctx context.Context, c Component, owner string) error {
+	out, err := setPIDScript.Run(ctx, s.rdb, []string{s.keys.Component(c.ID), s.keys.Slot(c.ID)}, c.PID, owner).Slice()
+	if err != nil {
 		return fmt.Errorf("record pid of %s: %w", c.ID, err)
+	}
+	if len(out) != 2 {
+		return fmt.Errorf("record pid of %s: unexpected reply %v", c.ID, out)
+	}
+	n, _ := out[0].(int64)
+	v, _ := out[1].(string)
+	switch n {
+	case 1:
+	case -1:
+		return &OwnerError{Component: c.ID, Writer: owner, Holder: v}
+	case -2:
+		return fmt.Errorf("record pid of %s: %w", c.ID, ErrNotFound)
+	default:
+		return fmt.Errorf("record pid %d of %s: %w (%s)", c.PID, c.ID, ErrPIDTaken, v)
+	}
+	if _, err := s.AddEvent(ctx, WorkerEvent(c, c.UpdatedAt)); err != nil {
+		return fmt.Errorf("record pid of %s: pid written, event not: %w", c.ID, err)
 	}
 	return nil
 }
@@ -318,10 +370,12 @@ type Probe struct {
 	TTL time.Duration
 	// Value is the heartbeat key's value ("" when gone).
 	Value string
-	// Status, PID and HealthySince are read from the record.
+	// Status, PID, HealthySince and Instance are read from the record
+	// (Status is StatusNone when there is no record).
 	Status       Status
 	PID          int
 	HealthySince time.Time
+	Instance     string
 }
 
 // ProbeMany reads the heartbeat keys and statuses of ids in one round trip.
@@ -334,7 +388,7 @@ func (s *Store) ProbeMany(ctx context.Context, ids []ComponentID) ([]Probe, erro
 	for i, id := range ids {
 		ttls[i] = pipe.PTTL(ctx, s.keys.Heartbeat(id))
 		vals[i] = pipe.Get(ctx, s.keys.Heartbeat(id))
-		recs[i] = pipe.HMGet(ctx, s.keys.Component(id), FieldStatus, FieldPID, FieldHealthySince)
+		recs[i] = pipe.HMGet(ctx, s.keys.Component(id), FieldStatus, FieldPID, FieldHealthySince, FieldInstance)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("probe %d heartbeats: %w", len(ids), err)
@@ -346,10 +400,11 @@ func (s *Store) ProbeMany(ctx context.Context, ids []ComponentID) ([]Probe, erro
 			p.TTL, p.Value = 0, ""
 		}
 		r := recs[i].Val()
-		if len(r) == 3 {
+		if len(r) == 4 {
 			st, _ := r[0].(string)
 			pid, _ := r[1].(string)
 			hs, _ := r[2].(string)
+			p.Instance, _ = r[3].(string)
 			p.Status, p.HealthySince = Status(st), parseMS(hs)
 			p.PID, _ = strconv.Atoi(pid)
 		}

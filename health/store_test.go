@@ -405,3 +405,18 @@ func TestProbeMany(t *testing.T) {
 		t.Errorf("probe of an unknown component = %+v, want zero", p)
 	}
 }
+
+// SetPID's answer matters (issue 12, defect 8): a record that already names
+// another process is not ours to give a pid, and the caller must hear it.
+func TestSetPIDRefusedWhenTheRecordNamesAnotherPID(t *testing.T) {
+	s, _ := newStore(t)
+	seed(t, s, record(tag0, health.StatusStarting, 4100))
+	before := hash(t, s, s.Keys().Component(tag0))
+	c := record(tag0, health.StatusStarting, 4200)
+	if err := s.SetPID(testCtx(t), c, ""); !errors.Is(err, health.ErrPIDTaken) {
+		t.Errorf("SetPID over another pid: %v, want ErrPIDTaken", err)
+	}
+	if after := hash(t, s, s.Keys().Component(tag0)); after[health.FieldPID] != before[health.FieldPID] {
+		t.Errorf("pid %s → %s", before[health.FieldPID], after[health.FieldPID])
+	}
+}

@@ -9,12 +9,24 @@ import (
 	"github.com/vigil-dev/vigil/policy"
 )
 
-// Components returns this host's components as the monitor holds them.
+// errNotHolder is a local answer meaning "this host no longer holds the
+// slot": the action is sent to the host that does.
+var errNotHolder = errors.New("this host no longer holds the slot")
+
+// ErrSlotMoving answers an action on a component whose slot is on its way
+// to another host (drain, pool shrink, rebalance, or its lease lost): it is
+// applied nowhere; try again once the slot has moved.
+var ErrSlotMoving = fmt.Errorf("%w: the slot is moving to another host", ErrNoOwner)
+
+// Components returns this host's components as the monitor holds them
+// (not those whose lease it lost).
 func (s *Supervisor) Components(ctx context.Context) ([]health.Component, error) {
 	var out []health.Component
 	err := s.call(ctx, func() {
 		for _, id := range s.ids() {
-			out = append(out, s.workers[id].rec)
+			if w := s.workers[id]; w.holds() {
+				out = append(out, w.rec)
+			}
 		}
 	})
 	return out, err
@@ -27,7 +39,7 @@ func (s *Supervisor) Owns(id health.ComponentID) bool {
 	var ok bool
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
 	defer cancel()
-	_ = s.call(ctx, func() { ok = s.workers[id] != nil })
+	_ = s.call(ctx, func() { ok = s.workers[id] != nil && s.workers[id].holds() })
 	return ok
 }
 
@@ -35,16 +47,16 @@ func (s *Supervisor) Owns(id health.ComponentID) bool {
 // that does.
 func (s *Supervisor) anywhere(ctx context.Context, op string, id health.ComponentID, restart bool, local func() (health.Component, error)) (health.Component, error) {
 	rec, err := local()
-	if errors.Is(err, ErrUnknownComponent) {
+	if errors.Is(err, ErrUnknownComponent) || errors.Is(err, errNotHolder) {
 		return s.forward(ctx, op, id, restart)
 	}
 	return rec, err
 }
 
-// action runs fn in the monitor for id's worker; fn calls reply once the
-// state is written (maybe later, after a process exits). It waits for the
-// reply.
-func (s *Supervisor) action(ctx context.Context, id health.ComponentID, fn func(w *worker, reply func(error))) (health.Component, error) {
+// action runs fn in the monitor for id's worker if ev is legal in its
+// state, else answers why not; fn calls reply once the state is written
+// (maybe later, after a process exits). It waits for the reply.
+func (s *Supervisor) action(ctx context.Context, id health.ComponentID, ev event, fn func(t step, reply func(error))) (health.Component, error) {
 	type result struct {
 		rec health.Component
 		err error
@@ -52,15 +64,19 @@ func (s *Supervisor) action(ctx context.Context, id health.ComponentID, fn func(
 	res := make(chan result, 1)
 	err := s.call(ctx, func() {
 		w := s.workers[id]
-		if w == nil {
+		switch {
+		case w == nil:
 			res <- result{err: fmt.Errorf("%s: %w", id, ErrUnknownComponent)}
 			return
-		}
-		if s.shuttingDown {
+		case s.shuttingDown:
 			res <- result{err: ErrStopped}
 			return
+		case !legal(ev, w.state):
+			res <- result{err: refusal(w, ev)}
+			return
 		}
-		fn(w, func(err error) { res <- result{rec: w.rec, err: err} })
+		t, _ := s.begin(w, ev)
+		fn(t, func(err error) { res <- result{rec: w.rec, err: err} })
 	})
 	if err != nil {
 		return health.Component{}, err
@@ -73,6 +89,24 @@ func (s *Supervisor) action(ctx context.Context, id health.ComponentID, fn func(
 	}
 }
 
+// refusal is the answer to an operator action ev that w's state does not
+// allow.
+func refusal(w *worker, ev event) error {
+	switch w.state {
+	case stFenced, stGone:
+		return fmt.Errorf("%s: %w", w.id, errNotHolder)
+	case stReleasing:
+		return fmt.Errorf("%s: %w", w.id, ErrSlotMoving)
+	case stWaitingOld:
+		return fmt.Errorf("%s: %w (waiting for its previous process to exit)", w.id, health.ErrTransition)
+	}
+	to := health.StatusStopped
+	if ev == evOpRestart {
+		to = health.StatusStarting
+	}
+	return &health.TransitionError{Component: w.id, From: w.rec.Status, Held: w.rec.Held, To: to, Actor: health.ActorOperator}
+}
+
 // Restart starts the component again now, bypassing backoff and not counted
 // (DESIGN.md §5). A running one is stopped gracefully first; a failed one
 // gets its window and consecutive count cleared (lifetime kept); a held one
@@ -82,23 +116,47 @@ func (s *Supervisor) Restart(ctx context.Context, id health.ComponentID) (health
 }
 
 func (s *Supervisor) restartLocal(ctx context.Context, id health.ComponentID) (health.Component, error) {
-	return s.action(ctx, id, func(w *worker, reply func(error)) {
-		switch {
-		case w.proc != nil:
-			s.stopWorker(w, "operator restart", false, func() {
-				s.cfg.Metrics.Restart(w.id.Queue, "operator")
-				reply(s.spawn(w, health.ActorMonitor, false))
-			})
-		case w.waiting:
-			reply(fmt.Errorf("%s: %w (waiting for its previous process to exit)", id, health.ErrTransition))
-		case w.rec.Status == health.StatusFailed:
-			w.rec.Restarts = policy.OperatorRestart(w.rec.Restarts)
-			reply(s.spawn(w, health.ActorOperator, true))
-		default:
+	return s.action(ctx, id, evOpRestart, func(t step, reply func(error)) {
+		w := t.w
+		switch w.state {
+		case stRunning, stStopping:
+			s.stopWorker(t, "operator restart", false, &later{f: s.restartThen(w, reply), restart: true})
+		case stIdle:
+			failed := w.rec.Status == health.StatusFailed
+			if failed {
+				w.rec.Restarts = policy.OperatorRestart(w.rec.Restarts)
+			}
+			reply(s.spawn(t, health.ActorOperator, failed))
+		case stBackoff:
 			s.disarm(w, timerRestart)
-			reply(s.spawn(w, health.ActorOperator, false))
+			reply(s.spawn(t, health.ActorOperator, false))
 		}
 	})
+}
+
+// restartThen is the second half of a restart of a running worker, run
+// once its process has stopped. Invariants 1 and 2 of issue 12: it never
+// starts a second process for the slot, nor one no supervisor tracks. It starts the worker only if it is still
+// this host's, idle, and the host is not shutting down (issue 12, defect 2:
+// a restart during a release or a fence never starts an unsupervised
+// process); a restart queued behind another is answered by the process
+// that one started.
+func (s *Supervisor) restartThen(w *worker, reply func(error)) func(error) {
+	return func(err error) {
+		switch {
+		case err != nil:
+			reply(err)
+		case s.shuttingDown:
+			reply(ErrStopped)
+		case w.state == stRunning:
+			reply(nil) // an earlier restart queued with this one started it
+		case w.state != stIdle:
+			reply(refusal(w, evOpRestart))
+		default:
+			t, _ := s.begin(w, evOpRestart)
+			reply(s.spawn(t, health.ActorOperator, false))
+		}
+	}
 }
 
 // StopComponent stops the component gracefully and holds it stopped.
@@ -107,8 +165,8 @@ func (s *Supervisor) StopComponent(ctx context.Context, id health.ComponentID) (
 }
 
 func (s *Supervisor) stopLocal(ctx context.Context, id health.ComponentID) (health.Component, error) {
-	return s.action(ctx, id, func(w *worker, reply func(error)) {
-		s.stopWorker(w, "operator stop", true, func() { reply(nil) })
+	return s.action(ctx, id, evOpStop, func(t step, reply func(error)) {
+		s.stopWorker(t, "operator stop", true, &later{f: reply})
 	})
 }
 
@@ -120,12 +178,8 @@ func (s *Supervisor) Reset(ctx context.Context, id health.ComponentID, restart b
 }
 
 func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, restart bool) (health.Component, error) {
-	return s.action(ctx, id, func(w *worker, reply func(error)) {
-		if w.proc != nil || w.waiting {
-			reply(&health.TransitionError{Component: id, From: w.rec.Status, To: health.StatusStopped, Actor: health.ActorOperator})
-			return
-		}
-		s.disarm(w, timerRestart)
+	return s.action(ctx, id, evOpReset, func(t step, reply func(error)) {
+		w := t.w
 		prev := w.rec
 		w.rec.Restarts = policy.Reset(w.rec.Restarts)
 		w.rec.Status, w.rec.Held, w.rec.Reason = health.StatusStopped, true, "reset"
@@ -134,8 +188,10 @@ func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, rest
 			reply(err)
 			return
 		}
+		s.disarm(w, timerRestart)
+		t.to(stIdle)
 		if restart {
-			reply(s.spawn(w, health.ActorOperator, false))
+			reply(s.spawn(t, health.ActorOperator, false))
 			return
 		}
 		reply(nil)

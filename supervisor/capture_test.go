@@ -3,10 +3,12 @@ package supervisor_test
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/metrics"
 	"github.com/vigil-dev/vigil/policy"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -34,4 +36,97 @@ func TestWorkerOutputIsCapturedWithItsComponent(t *testing.T) {
 	if got := h.sup.Logs(health.ComponentID{Queue: "q", Slot: 9}); len(got) != 0 {
 		t.Fatalf("Logs of an unknown component = %q", got)
 	}
+}
+
+// TestLongOutputLineDoesNotKillTheWorker: a worker printing a line longer
+// than any buffer (70,000 bytes, then binary bytes) keeps running: the line
+// is logged truncated with a marker, the binary escaped, and the worker's
+// next writes succeed (issue 18, row 3: the pipe was closed and the worker
+// died of SIGPIPE, a false crash).
+func TestLongOutputLineDoesNotKillTheWorker(t *testing.T) {
+	t.Parallel()
+	m, err := metrics.New(metrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `head -c 70000 /dev/zero | tr '\0' a; echo; printf 'bin \000\377\033[31mred\n'; echo after; exec "$0" beat`
+	h := newHarness(t, supervisor.Config{
+		Pools:   []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{"sh", "-c", script, testWorker}}},
+		Policy:  longBackoff,
+		Metrics: m,
+	})
+	h.start()
+	id := health.ComponentID{Queue: "q"}
+	r := newEventReader(t, h.store)
+	h.waitFor(id, isStatus(health.StatusHealthy))
+	h.logs.wait(t, 0, waitTimeout, `msg="worker output"`, `line=after`)
+	logs := h.sup.Logs(id)
+	var long, bin bool
+	for _, l := range logs {
+		if strings.HasPrefix(l, "aaaa") {
+			long = true
+			if len(l) > supervisor.MaxLogLineDefault+100 || !strings.Contains(l, "[truncated 53616 bytes]") {
+				t.Errorf("long line kept as %d bytes ending %q", len(l), l[max(0, len(l)-60):])
+			}
+		}
+		if strings.HasPrefix(l, "bin ") {
+			bin = true
+			if want := `bin \x00\xff\x1b[31mred`; l != want {
+				t.Errorf("binary line kept as %q, want %q", l, want)
+			}
+		}
+	}
+	if !long || !bin {
+		t.Errorf("Logs = %.300q: want the truncated line and the binary one", logs)
+	}
+	r.expectNone(300*time.Millisecond, func(w health.WorkerView) bool { return w.Status == string(health.StatusCrashed) })
+	if got := counterValue(t, m, "vigil_worker_output_truncated_total", "q"); got != 1 {
+		t.Errorf("vigil_worker_output_truncated_total{queue=q} = %v, want 1", got)
+	}
+}
+
+// TestLogTailIsBoundedInBytes: 200 lines of 65,000 bytes leave at most
+// LogTail bytes in a worker's tail (issue 18, row 11: 12.9 MB per worker).
+func TestLogTailIsBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	script := `i=0; while [ $i -lt 200 ]; do head -c 65000 /dev/zero | tr '\0' b; echo; i=$((i+1)); done; echo done; exec "$0" beat`
+	h := newHarness(t, supervisor.Config{
+		Pools:   []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{"sh", "-c", script, testWorker}}},
+		Policy:  longBackoff,
+		LogTail: 64 << 10,
+	})
+	h.start()
+	id := health.ComponentID{Queue: "q"}
+	h.waitFor(id, isStatus(health.StatusHealthy))
+	h.logs.wait(t, 0, waitTimeout, `msg="worker output"`, `line=done`)
+	total := 0
+	logs := h.sup.Logs(id)
+	for _, l := range logs {
+		total += len(l)
+	}
+	if total > 64<<10 || !slices.Contains(logs, "done") {
+		t.Errorf("tail holds %d lines, %d bytes (cap %d), last %.40q", len(logs), total, 64<<10, logs[len(logs)-1])
+	}
+}
+
+// counterValue reads the counter name{queue=queue} from m's registry.
+func counterValue(tb testing.TB, m *metrics.Metrics, name, queue string) float64 {
+	tb.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "queue" && l.GetValue() == queue {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

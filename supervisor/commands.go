@@ -30,7 +30,7 @@ type command struct {
 type commandReply struct {
 	Worker *health.WorkerView `json:"worker,omitempty"`
 	Err    string             `json:"err,omitempty"`
-	Kind   string             `json:"kind,omitempty"` // transition, unknown, stopped
+	Kind   string             `json:"kind,omitempty"` // transition, unknown, noowner
 }
 
 // wakeUp is pushed to this host's own command list by Stop so that the
@@ -89,6 +89,8 @@ func (s *Supervisor) forward(ctx context.Context, op string, id health.Component
 			return health.Component{}, fmt.Errorf("%s: %w", r.Err, health.ErrTransition)
 		case "unknown":
 			return health.Component{}, fmt.Errorf("%s: %w", r.Err, ErrUnknownComponent)
+		case "noowner":
+			return health.Component{}, fmt.Errorf("%s: %w", r.Err, ErrNoOwner)
 		}
 		return health.Component{}, errors.New(r.Err)
 	}
@@ -158,6 +160,9 @@ func (s *Supervisor) runCommand(c command) {
 			r.Kind = "transition"
 		case errors.Is(err, ErrUnknownComponent):
 			r.Kind = "unknown"
+		case errors.Is(err, ErrNoOwner), errors.Is(err, errNotHolder):
+			r.Kind = "noowner" // the slot moved on from that host too
+
 		}
 	} else {
 		v := rec.View()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
@@ -21,6 +22,13 @@ const (
 	OpTimeoutDefault   = time.Second
 	ConcurrencyDefault = 1
 	TaskTimeoutDefault = 30 * time.Minute
+	// LogTailDefault is how many bytes of a worker's latest output lines
+	// are kept for the API.
+	LogTailDefault = 256 << 10
+	// MaxLogLineDefault is the longest output line kept whole; the rest of
+	// a longer line is dropped and counted in a marker.
+	MaxLogLineDefault  = 16 << 10
+	MaxPoolSizeDefault = 1000
 )
 
 // Pool is one queue's workers on this host.
@@ -69,17 +77,35 @@ type Config struct {
 	RedisURL string // handed to children as VIGIL_REDIS_URL
 	Prefix   string
 	Pools    []Pool
+	// InheritEnv names the variables of the supervisor's environment that
+	// workers inherit besides PATH, HOME, LANG, TZ and USER (a trailing *
+	// matches a prefix, e.g. "LC_*"). Nothing else of it reaches them.
+	InheritEnv []string
+	// LogTail bounds, in bytes, the output kept per worker for the API
+	// (LogTailDefault); MaxLogLine bounds one line (MaxLogLineDefault).
+	LogTail    int
+	MaxLogLine int
 
 	// Lease is the slot, host and leader lease (renewed at a third of it).
 	Lease time.Duration
 	// Capacity is the most slots this host runs (0 = no limit).
 	Capacity int
+	// MaxPoolSize caps the pool sizes this host follows from Redis (a
+	// larger one is logged and capped), and the configured ones
+	// (0 = MaxPoolSizeDefault).
+	MaxPoolSize int
 	// Address is the admin server's address, shown in the host record.
 	Address string
 	// Version is shown in the host record.
 	Version string
 	// Stats, if set, gives the leader the queue statistics it announces.
 	Stats StatsSource
+	// OnLeader, if set, hears after every leader step whether this host
+	// holds the leader lease and until when at least (the moment before
+	// the claim or renewal, plus the lease), and false when it gives the
+	// lease up. Package schedule's Scheduler.Leading fires periodic tasks
+	// only then. It must not block.
+	OnLeader func(leading bool, until time.Time)
 
 	Heartbeat   Heartbeat
 	Policy      policy.Config
@@ -122,8 +148,17 @@ func (c Config) withDefaults() Config {
 	if c.OpTimeout == 0 {
 		c.OpTimeout = OpTimeoutDefault
 	}
+	if c.MaxPoolSize == 0 {
+		c.MaxPoolSize = MaxPoolSizeDefault
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
+	}
+	if c.LogTail == 0 {
+		c.LogTail = LogTailDefault
+	}
+	if c.MaxLogLine == 0 {
+		c.MaxLogLine = min(MaxLogLineDefault, c.LogTail)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -161,11 +196,20 @@ func (c Config) validate() error {
 		return fmt.Errorf("lease must be at least 300ms, got %s", c.Lease)
 	case c.Capacity < 0:
 		return errors.New("capacity must be >= 0")
+	case c.LogTail < 1 || c.MaxLogLine < 1 || c.MaxLogLine > c.LogTail:
+		return fmt.Errorf("log tail (%d bytes) and max line (%d bytes) must be > 0, the line no longer than the tail", c.LogTail, c.MaxLogLine)
+	case c.MaxPoolSize < 1:
+		return errors.New("max_pool_size must be >= 1")
 	case c.StopTimeout < time.Second:
 		return fmt.Errorf("stop_timeout must be at least 1s (workers get it minus 1s), got %s", c.StopTimeout)
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return err
+	}
+	for _, n := range c.InheritEnv {
+		if name := strings.TrimSuffix(n, "*"); name == "" || strings.ContainsAny(name, "=*\x00") {
+			return fmt.Errorf("inherit_env: %q is no variable name (a trailing * matches a prefix)", n)
+		}
 	}
 	seen := map[string]bool{}
 	for i, p := range c.Pools {
@@ -179,8 +223,8 @@ func (c Config) validate() error {
 		switch {
 		case len(p.Command) == 0 || p.Command[0] == "":
 			return fmt.Errorf("pools[%d].command: empty command for queue %q", i, p.Queue)
-		case p.Workers < 0:
-			return fmt.Errorf("pools[%d].workers must be >= 0", i)
+		case p.Workers < 0 || p.Workers > c.MaxPoolSize:
+			return fmt.Errorf("pools[%d].workers must be from 0 to max_pool_size (%d), got %d", i, c.MaxPoolSize, p.Workers)
 		case p.Concurrency < 1:
 			return fmt.Errorf("pools[%d].concurrency must be >= 1", i)
 		case p.TaskTimeout < 0:

@@ -67,6 +67,9 @@ func newHarnessOn(tb testing.TB, rdb redis.UniversalClient, url, prefix string, 
 		if err := sup.Stop(ctx); err != nil {
 			tb.Errorf("cleanup: Stop: %v", err)
 		}
+		if n := sup.IllegalTransitions(); n != 0 {
+			tb.Errorf("%d worker moves the state table does not allow (see the log)", n)
+		}
 		if tb.Failed() {
 			tb.Logf("supervisor log:\n%s", h.logs.String())
 		}
@@ -344,6 +347,13 @@ func (l *logSink) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Join(l.lines, "")
+}
+
+// line returns line i.
+func (l *logSink) line(i int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines[i]
 }
 
 // mark is the number of lines so far, for wait.

@@ -4,15 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/vigil-dev/vigil/health"
 )
@@ -39,6 +42,7 @@ type spawnReq struct {
 }
 
 func newSpawner() *spawner {
+	reap.acquire()
 	s := &spawner{reqs: make(chan spawnReq), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
@@ -60,11 +64,44 @@ func (s *spawner) start(cmd *exec.Cmd) error {
 func (s *spawner) close() {
 	close(s.reqs)
 	<-s.done
+	reap.release()
 }
 
-// workerEnv builds the child's environment.
-func (s *Supervisor) workerEnv(p *Pool, id health.ComponentID) []string {
-	env := os.Environ()
+// BaseEnv lists the variables of the supervisor's environment every worker
+// inherits; Config.InheritEnv adds to it. Nothing else of the supervisor's
+// environment (its token, its cloud credentials) reaches a worker.
+var BaseEnv = []string{"PATH", "HOME", "LANG", "TZ", "USER"}
+
+// inherited returns the entries of environ whose names BaseEnv or extra
+// allows (a trailing * in extra matches a prefix).
+func inherited(environ, extra []string) []string {
+	allowed := func(name string) bool {
+		for _, n := range BaseEnv {
+			if name == n {
+				return true
+			}
+		}
+		for _, n := range extra {
+			if p, ok := strings.CutSuffix(n, "*"); ok && strings.HasPrefix(name, p) || name == n {
+				return true
+			}
+		}
+		return false
+	}
+	var out []string
+	for _, kv := range environ {
+		if name, _, ok := strings.Cut(kv, "="); ok && name != "" && allowed(name) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// workerEnv builds the child's environment: the allowed part of the
+// supervisor's, the pool's env, then the VIGIL_* variables of DESIGN.md
+// §4.1 (later entries win).
+func (s *Supervisor) workerEnv(p *Pool, id health.ComponentID, spawn string) []string {
+	env := inherited(os.Environ(), s.cfg.InheritEnv)
 	for k, v := range p.Env {
 		env = append(env, k+"="+v)
 	}
@@ -81,62 +118,192 @@ func (s *Supervisor) workerEnv(p *Pool, id health.ComponentID) []string {
 		health.EnvHeartbeatInterval+"="+hb.Interval.String(),
 		health.EnvHeartbeatTTL+"="+hb.TTL.String(),
 		health.EnvShutdownTimeout+"="+(s.cfg.StopTimeout-time.Second).String(),
-		health.EnvJobCrashRetries+"="+strconv.Itoa(s.cfg.Policy.JobCrashRetries),
+		health.EnvJobCrashRetries+"="+strconv.Itoa(s.cfg.Policy.CrashRetries()),
+		health.EnvSpawn+"="+spawn,
 	)
 }
 
+// spawnSeq numbers the spawns of this process (VIGIL_SPAWN_ID).
+var spawnSeq atomic.Uint64
+
+// captureGrace bounds how long output capture goes on once a worker and
+// every descendant found are gone: something else holding the pipe open
+// does not keep it (nor Stop) waiting.
+const captureGrace = 500 * time.Millisecond
+
 // startProcess spawns the pool's command for id in its own process group,
-// with a parent-death signal, its output logged line by line.
+// with a parent-death signal, its output logged line by line. Once the
+// leader has exited, what it left behind is stopped (see reap) and its
+// output read to the end before the exit is reported.
 func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, error) {
+	spawn := s.cfg.Instance + "." + strconv.FormatUint(spawnSeq.Add(1), 10)
 	cmd := exec.Command(p.Command[0], p.Command[1:]...)
 	cmd.Dir = p.Dir
-	cmd.Env = s.workerEnv(p, id)
+	cmd.Env = s.workerEnv(p, id, spawn)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: pipe: %w", id, err)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	// No pass of the reaper may see the new child before it is known as a
+	// leader (whose exit status is os/exec's to collect).
+	reap.mu.Lock()
 	err = s.spawner.start(cmd)
+	if err == nil {
+		reap.started(cmd.Process.Pid, spawn, s.cfg.Clock)
+	}
+	reap.mu.Unlock()
 	w.Close()
 	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("spawn %s: %w", id, err)
 	}
 	proc := &process{cmd: cmd, pid: cmd.Process.Pid, started: s.cfg.Clock.Now()}
+	captured := make(chan struct{})
+	s.groups.add(proc.pid)
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
+		defer close(captured)
 		s.capture(id, proc.pid, r)
 	}()
 	go func() {
 		defer s.wg.Done()
 		err := cmd.Wait()
-		select {
-		case s.exits <- exitMsg{id: id, at: s.cfg.Clock.Now(), pid: proc.pid, state: cmd.ProcessState, err: err}:
-		case <-s.dead:
+		s.groups.remove(proc.pid)
+		at := s.cfg.Clock.Now()
+		rec := reap.exited(proc.pid)
+		// The exit is reported once what the worker left is gone. The
+		// common case is told at once, before the reaper's pass (a scan of
+		// /proc) competes for the CPU: the group is empty and the pipe
+		// closes. Whatever still runs, having left the group, is found and
+		// stopped all the same, and Stop waits for that.
+		if syscall.Kill(-proc.pid, 0) == syscall.ESRCH && wait(captured, pipeCloses) {
+			s.reportExit(id, at, proc.pid, cmd, err)
+			reap.clean(rec, at, s.cfg.StopTimeout, lookLater)
+			<-rec.done
+		} else {
+			reap.clean(rec, at, s.cfg.StopTimeout, 0)
+			<-rec.done
+			_ = r.SetReadDeadline(time.Now().Add(captureGrace))
+			<-captured
+			s.reportExit(id, at, proc.pid, cmd, err)
+		}
+		if rec.left > 0 {
+			s.log.Warn("descendants of a worker survived SIGKILL", "component", id.String(), "pid", proc.pid, "left", rec.left)
 		}
 	}()
 	return proc, nil
 }
 
-// capture logs the child's output line by line with its component, and
-// keeps the last lines for the API.
-func (s *Supervisor) capture(id health.ComponentID, pid int, r io.ReadCloser) {
-	defer r.Close()
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 64*1024)
-	log := s.cfg.Logger.With(slog.String("component", id.String()), slog.Int("pid", pid))
-	for sc.Scan() {
-		line := sc.Text()
-		s.logs.add(id, line)
-		log.Info("worker output", slog.String("line", line))
+// pipeCloses is how long the output pipe of an exited worker whose group
+// is empty may take to close before the reaper looks for what holds it.
+const pipeCloses = 50 * time.Millisecond
+
+// lookLater is how long after a worker's exit was reported, its group
+// empty, the reaper looks for what left the group: not while the exit is
+// being recorded.
+const lookLater = 100 * time.Millisecond
+
+// wait reports whether ch is closed within d.
+func wait(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
 	}
+}
+
+func (s *Supervisor) reportExit(id health.ComponentID, at time.Time, pid int, cmd *exec.Cmd, err error) {
+	select {
+	case s.exits <- exitMsg{id: id, at: at, pid: pid, state: cmd.ProcessState, err: err}:
+	case <-s.dead:
+	}
+}
+
+// capture logs the child's output line by line with its component, and
+// keeps the last lines for the API. A line longer than MaxLogLine is cut
+// there, with a marker saying how much was dropped; bytes that are not
+// printable UTF-8 are kept as \xNN escapes. It reads until every writer
+// has closed the pipe or the read deadline passes, never stopping early:
+// a worker whose pipe closed would die of SIGPIPE at its next write.
+func (s *Supervisor) capture(id health.ComponentID, pid int, r *os.File) {
+	defer r.Close()
+	max := s.cfg.MaxLogLine
+	br := bufio.NewReaderSize(r, min(max, 64<<10))
+	log := s.cfg.Logger.With(slog.String("component", id.String()), slog.Int("pid", pid))
+	var line []byte
+	dropped := 0
+	emit := func() {
+		text := escapeOutput(bytes.TrimSuffix(line, []byte("\r")))
+		if dropped > 0 {
+			text += " … [truncated " + strconv.Itoa(dropped) + " bytes]"
+			s.cfg.Metrics.OutputTruncated(id.Queue)
+		}
+		s.logs.add(id, text)
+		log.Info("worker output", slog.String("line", text))
+		line, dropped = line[:0], 0
+	}
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if err == nil {
+			chunk = chunk[:len(chunk)-1]
+		}
+		take := min(len(chunk), max-len(line))
+		line = append(line, chunk[:take]...)
+		dropped += len(chunk) - take
+		switch {
+		case err == nil:
+			emit()
+		case err == bufio.ErrBufferFull:
+		default: // EOF, the deadline, or a read error: the end
+			if len(line) > 0 || dropped > 0 {
+				emit()
+			}
+			return
+		}
+	}
+}
+
+// escapeOutput returns b as text: printable UTF-8 and tabs as they are,
+// anything else escaped (\xNN for bytes, \uNNNN for unprintable runes).
+func escapeOutput(b []byte) string {
+	clean := true
+	for _, c := range b {
+		if c < 0x20 && c != '\t' || c >= 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return string(b)
+	}
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && n <= 1, r < 0x20 && r != '\t', r == 0x7f:
+			fmt.Fprintf(&sb, "\\x%02x", b[0])
+			n = 1
+		case r >= 0x80 && !unicode.IsPrint(r):
+			fmt.Fprintf(&sb, "\\u%04x", r)
+		default:
+			sb.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	return sb.String()
 }
 
 // signalGroup sends sig to the child's whole process group.
 func signalGroup(pid int, sig syscall.Signal) error {
-	if err := syscall.Kill(-pid, sig); err != nil && err != syscall.ESRCH {
+	err := syscall.Kill(-pid, sig)
+	reap.signalled(pid, sig)
+	if err != nil && err != syscall.ESRCH {
 		return fmt.Errorf("signal %d to group %d: %w", sig, pid, err)
 	}
 	return nil
@@ -164,26 +331,55 @@ func ownedProcessAlive(pid int, id health.ComponentID) bool {
 	return bytes.Contains(append(env, 0), want)
 }
 
-// logTail keeps the last lines each worker printed.
+// logTail keeps the last lines each worker printed, at most max bytes of
+// them per worker.
 type logTail struct {
 	mu    sync.Mutex
 	max   int
-	lines map[health.ComponentID][]string
+	lines map[health.ComponentID]*tail
+}
+
+type tail struct {
+	lines []string
+	bytes int
 }
 
 func (t *logTail) add(id health.ComponentID, line string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l := append(t.lines[id], line)
-	if len(l) > t.max {
-		l = l[len(l)-t.max:]
+	l := t.lines[id]
+	if l == nil {
+		l = &tail{}
+		t.lines[id] = l
 	}
-	t.lines[id] = l
+	l.lines = append(l.lines, line)
+	l.bytes += len(line)
+	drop := 0
+	for l.bytes > t.max && drop < len(l.lines) {
+		l.bytes -= len(l.lines[drop])
+		drop++
+	}
+	if drop > 0 {
+		// Copy once the dropped head outgrows the kept part, so that the
+		// backing array does not grow without bound.
+		if l.lines = l.lines[drop:]; cap(l.lines) > 4*len(l.lines)+64 {
+			l.lines = append([]string(nil), l.lines...)
+		}
+	}
 }
 
-// Logs returns the last lines the worker printed, oldest first.
+// Logs returns the last lines the worker printed, oldest first (at most
+// Config.LogTail bytes of them).
 func (s *Supervisor) Logs(id health.ComponentID) []string {
 	s.logs.mu.Lock()
 	defer s.logs.mu.Unlock()
-	return append([]string(nil), s.logs.lines[id]...)
+	if l := s.logs.lines[id]; l != nil {
+		return append([]string(nil), l.lines...)
+	}
+	return nil
 }
+
+// killDescendants SIGKILLs, at once, the process group of every worker of
+// this supervisor and whatever its exited workers left behind: for Stop,
+// when its context ends before stop_timeout.
+func (s *Supervisor) killDescendants() { reap.hurry(s.cfg.Instance) }

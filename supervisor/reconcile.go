@@ -10,14 +10,15 @@ import (
 // has just claimed (DESIGN.md §4.6, §11) and starts it if it should run.
 // Restarts made here are not counted.
 func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
-	w := &worker{id: id, pool: s.pool(id.Queue), rec: rec}
+	w := &worker{id: id, pool: s.pool(id.Queue), rec: rec, state: stIdle}
 	w.rec.ID = id
 	s.workers[id] = w
+	t, _ := s.begin(w, evAdopt)
 	ours := rec.Host == "" || rec.Host == s.cfg.Host
 	switch rec.Status {
 	case health.StatusNone:
 		w.rec = health.Component{ID: id, Restarts: rec.Restarts}
-		s.spawn(w, health.ActorMonitor, false)
+		_ = s.spawn(t, health.ActorMonitor, false)
 	case health.StatusFailed:
 		s.logw(w).Warn("worker is failed: not started (reset it to start it)", "reason", rec.Restarts.FailureReason)
 	case health.StatusStopped:
@@ -25,19 +26,19 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
 			s.logw(w).Info("worker is held stopped: not started")
 			return
 		}
-		s.spawn(w, health.ActorMonitor, false)
+		_ = s.spawn(t, health.ActorMonitor, false)
 	case health.StatusCrashed:
 		if !ours {
-			s.spawn(w, health.ActorMonitor, false)
+			_ = s.spawn(t, health.ActorMonitor, false)
 			return
 		}
-		s.afterOld(w, rec.PID)
+		s.afterOld(t, rec.PID)
 	case health.StatusStarting, health.StatusHealthy, health.StatusStopping:
 		if !ours {
 			// Its host is gone (its lease expired): start it here. Its
 			// tasks come back through asynq's lease recovery.
 			s.logw(w).Info("taking over slot from a lost host", "from", rec.Host)
-			s.spawn(w, health.ActorTakeover, false)
+			_ = s.spawn(t, health.ActorTakeover, false)
 			return
 		}
 		to := health.StatusCrashed
@@ -46,27 +47,32 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
 		}
 		w.rec.Status, w.rec.Reason = to, "supervisor restart"
 		_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: true})
-		s.afterOld(w, rec.PID)
+		s.afterOld(t, rec.PID)
 	}
 }
 
-// afterOld starts w again once the process pid of an earlier supervisor is
-// gone (its parent-death signal ends it; it gets VIGIL_SHUTDOWN_TIMEOUT to
-// finish, plus a second, then its group is killed) and its tasks requeued.
-func (s *Supervisor) afterOld(w *worker, pid int) {
+// afterOld starts t's worker once the process pid of an earlier supervisor
+// is gone (its parent-death signal ends it; it gets VIGIL_SHUTDOWN_TIMEOUT
+// to finish, plus a second, then its group is killed) and its tasks
+// requeued. Until then it waits (waitingOld): starting it sooner would run
+// the slot twice (invariant 1 of issue 12).
+func (s *Supervisor) afterOld(t step, pid int) {
+	w := t.w
 	if !ownedProcessAlive(pid, w.id) {
 		s.recoverTasks(w, pid, "supervisor_restart")
-		s.spawn(w, health.ActorMonitor, false)
+		_ = s.spawn(t, health.ActorMonitor, false)
 		return
 	}
-	w.waiting = true
+	t.to(stWaitingOld)
+	w.oldPID = pid
 	s.logw(w).Info("waiting for the previous supervisor's worker to exit", "pid", pid)
 	deadline := s.cfg.StopTimeout // = VIGIL_SHUTDOWN_TIMEOUT + 1s
+	id := w.id
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		start := time.Now()
-		for ownedProcessAlive(pid, w.id) {
+		for ownedProcessAlive(pid, id) {
 			if time.Since(start) > deadline {
 				_ = signalGroup(pid, sigKill)
 			}
@@ -77,7 +83,7 @@ func (s *Supervisor) afterOld(w *worker, pid int) {
 			}
 		}
 		select {
-		case s.gone <- goneMsg{id: w.id, pid: pid}:
+		case s.gone <- goneMsg{id: id, pid: pid}:
 		case <-s.dead:
 		}
 	}()
@@ -85,12 +91,18 @@ func (s *Supervisor) afterOld(w *worker, pid int) {
 
 func (s *Supervisor) onGone(m goneMsg) {
 	w := s.workers[m.id]
-	if w == nil || !w.waiting {
+	if w == nil || w.state != stWaitingOld || w.oldPID != m.pid {
+		return // forgotten (fenced, released) meanwhile
+	}
+	t, ok := s.begin(w, evOldGone)
+	if !ok {
 		return
 	}
-	w.waiting = false
+	w.oldPID = 0
 	s.recoverTasks(w, m.pid, "supervisor_restart")
-	if !s.shuttingDown {
-		s.spawn(w, health.ActorMonitor, false)
+	if s.shuttingDown {
+		t.to(stIdle)
+		return
 	}
+	_ = s.spawn(t, health.ActorMonitor, false)
 }

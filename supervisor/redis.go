@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
@@ -13,12 +14,14 @@ const probeInterval = 250 * time.Millisecond
 // redisFailed marks Redis unreachable after a failed call. From now until it
 // answers again nothing is judged by heartbeat (DESIGN.md §11: no worker is
 // killed for a heartbeat it could not write), records are kept in memory,
-// and process exits are still handled.
+// and process exits are still handled (those of processes started during
+// the outage not counted).
 func (s *Supervisor) redisFailed(err error) {
 	if s.redisDown {
 		return
 	}
 	s.redisDown = true
+	s.outages++
 	s.log.Error("redis unreachable: holding state in memory, judging no heartbeats", "err", err)
 	s.wg.Add(1)
 	go func() {
@@ -53,18 +56,49 @@ func (s *Supervisor) probeRedis() {
 // reaped meanwhile, and gives every live worker one full TTL of grace.
 func (s *Supervisor) onRedisUp() {
 	s.redisDown = false
+	for _, w := range s.workers {
+		w.uncounted = 0
+	}
 	s.rewriteState("redis reachable again")
+}
+
+// dataLost answers Redis having lost its data with no failed call seen
+// (noticed by this host's record gone at a tick, or a worker's key and
+// record gone at its heartbeat deadline): the configured pool sizes, the
+// host record and every record are written again, every worker gets a TTL
+// of grace. Nothing is killed for it.
+func (s *Supervisor) dataLost(why string) {
+	if s.redisDown {
+		return // the rewrite after the outage does it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
+	defer cancel()
+	if err := s.applyPoolSizes(ctx); err != nil {
+		s.redisFailed(err)
+		return
+	}
+	if err := s.writeHost(ctx, s.holding()); err != nil {
+		s.redisFailed(err)
+		return
+	}
+	s.rewriteState(why)
 }
 
 // rewriteState writes every record that changed while it could not be
 // written, or that Redis lost (gone, or re-created by the worker's own
 // heartbeat without what only the supervisor knows), requeues the tasks
 // of processes reaped meanwhile, and gives every live worker one full TTL
-// of grace. A record another instance wrote since (a host that took the
-// slot over while this one could not reach Redis) is left alone: the next
-// tick finds the lease lost and fences the worker.
+// of grace (and restarts its start_timeout: no start is judged by time
+// Redis was away). A record another instance wrote since (a host that took
+// the slot over while this one could not reach Redis) is left alone: the
+// write script refuses it and the worker is fenced.
 func (s *Supervisor) rewriteState(why string) {
-	ids := s.ids()
+	var ids []health.ComponentID
+	for _, id := range s.ids() {
+		if legal(evRewrite, s.workers[id].state) {
+			ids = append(ids, id)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout*5)
 	stored, err := s.store.GetMany(ctx, ids)
 	cancel()
@@ -72,6 +106,7 @@ func (s *Supervisor) rewriteState(why string) {
 		s.redisFailed(err)
 		return
 	}
+	now := s.cfg.Clock.Now()
 	rewritten := 0
 	for i, id := range ids {
 		w := s.workers[id]
@@ -83,24 +118,29 @@ func (s *Supervisor) rewriteState(why string) {
 		// history and everything else only the supervisor knows.
 		lost := stored[i].Status == health.StatusNone || (stored[i].Instance == "" && w.rec.Instance != "")
 		taken := stored[i].Instance != "" && stored[i].Instance != w.rec.Instance
-		if (w.dirty || lost) && !taken && !w.fenced {
+		if (w.dirty || lost) && !taken {
 			ctx, cancel := s.opCtx()
-			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: true, Index: true})
+			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: true, Index: true, Owner: s.cluster.me})
 			cancel()
-			if err != nil {
+			switch {
+			case err == nil:
+				w.dirty = false
+				rewritten++
+			case errors.Is(err, health.ErrNotOwner):
+				s.lostToAnother(w, err)
+			default:
 				s.redisDown = false // let redisFailed start a probe
 				s.redisFailed(err)
 				return
 			}
-			w.dirty = false
-			rewritten++
 		}
 		pids := w.recover
 		w.recover = nil
 		for _, pid := range pids {
 			s.recoverTasks(w, pid, "deferred")
 		}
-		if w.proc != nil && w.stop == nil && !w.fenced {
+		if w.state == stRunning {
+			w.judgeFrom = now
 			s.arm(w, timerCheck, s.cfg.Heartbeat.TTL)
 		}
 	}

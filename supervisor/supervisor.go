@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
@@ -39,7 +41,11 @@ type Supervisor struct {
 	stopCmds chan struct{} // closed by Stop: no more commands from other hosts
 	dead     chan struct{} // closed when the monitor has returned
 
-	wg sync.WaitGroup // goroutines of processes and probes
+	wg     sync.WaitGroup // goroutines of processes and probes
+	groups groups         // process groups of the live children, for Stop's last resort
+	// illegal counts worker moves the state table does not allow (a bug:
+	// tests fail on any).
+	illegal atomic.Int64
 
 	mu       sync.Mutex // guards started, stopping
 	started  bool
@@ -50,7 +56,9 @@ type Supervisor struct {
 	workers      map[health.ComponentID]*worker
 	seq          uint64
 	redisDown    bool
+	outages      uint64 // Redis outages so far (the current one while redisDown)
 	shuttingDown bool
+	deferred     []func()      // run once the current message is handled
 	drained      chan struct{} // closed once shutting down and no process left
 	cluster      clusterState
 }
@@ -72,7 +80,7 @@ func New(cfg Config, store *health.Store) (*Supervisor, error) {
 		cfg:      cfg,
 		store:    store,
 		log:      cfg.Logger,
-		logs:     logTail{max: 200, lines: map[health.ComponentID][]string{}},
+		logs:     logTail{max: cfg.LogTail, lines: map[health.ComponentID]*tail{}},
 		exits:    make(chan exitMsg),
 		timers:   make(chan timerMsg),
 		cmds:     make(chan func()),
@@ -138,10 +146,17 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	return s.Stop(context.Background())
 }
 
+// stopGrace is how long Stop waits, once its context has ended and it has
+// SIGKILLed what was left, for the monitor to see those exits and finish.
+const stopGrace = time.Second
+
 // Stop shuts the host's workers down in parallel (DESIGN.md §4.5): each gets
 // SIGTERM, then SIGKILL after stop_timeout; crashed ones waiting for a
-// restart are stopped. It returns once every child has exited. Safe before
-// Start and twice.
+// restart are stopped; then the leases are released. It returns once every
+// child has exited, or when ctx ends: then it SIGKILLs every process group
+// still alive, waits a moment for the monitor to finish, and returns ctx's
+// error. It never waits longer (invariant 6 of issue 12). Safe before
+// Start, twice, and from several goroutines.
 func (s *Supervisor) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.started {
@@ -149,25 +164,38 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if s.stopping {
-		s.mu.Unlock()
-		select {
-		case <-s.done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if !s.stopping {
+		s.stopping = true
+		go s.shutdownInOrder()
 	}
-	s.stopping = true
 	s.mu.Unlock()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+	}
+	n := s.groups.killAll()
+	s.killDescendants() // and what exited workers left behind (reap_linux.go)
+	s.log.Warn("stop: out of time: every worker process still alive SIGKILLed", "groups", n, "err", ctx.Err())
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+		s.log.Error("stop: the supervisor did not finish in time after its workers were killed")
+	}
+	return fmt.Errorf("stop: %w", ctx.Err())
+}
 
+// shutdownInOrder stops the host, senders before receivers: no more
+// commands from other hosts, every worker stopped, leases released, then
+// the monitor and what it waits for. It closes done at the end.
+func (s *Supervisor) shutdownInOrder() {
 	close(s.stopCmds)
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	wctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
 	_ = s.store.Client().RPush(wctx, s.store.Keys().Commands(s.cfg.Host), wakeUp).Err()
 	cancel()
-	if err := s.call(ctx, s.shutdown); err != nil {
-		return err
-	}
+	_ = s.call(context.Background(), s.shutdown)
 	<-s.drained
 	_ = s.call(context.Background(), s.releaseAll)
 	close(s.quit)
@@ -175,7 +203,6 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	s.wg.Wait()
 	s.spawner.close()
 	close(s.done)
-	return nil
 }
 
 // call runs fn in the monitor goroutine and waits for it.

@@ -10,6 +10,8 @@
 //	badbeat         write a heartbeat value that is not a timestamp, every interval
 //	nobeat          stay alive, never beat
 //	ignore-term     heartbeat, ignore SIGTERM
+//	needredis       beat, but exit 1 when the first heartbeat fails (as a
+//	                worker that gives up when Redis does not answer)
 //
 // It writes "ready <pid>" to stdout after its first heartbeat.
 package main
@@ -84,9 +86,14 @@ func main() {
 	}
 	if _, err := hb.Beat(ctx); err != nil {
 		// A real worker keeps going when Redis is away (DESIGN.md §4.2);
-		// beat does too, so that it can be started during an outage.
-		if mode != "beat" || errors.Is(err, health.ErrStale) {
+		// beat and ignore-term do too, so that they can be started during
+		// an outage.
+		if (mode != "beat" && mode != "ignore-term" && mode != "needredis") || errors.Is(err, health.ErrStale) {
 			fatal(err.Error())
+		}
+		if mode == "needredis" {
+			fmt.Fprintln(os.Stderr, "testworker: no Redis, giving up:", err)
+			os.Exit(1)
 		}
 		fmt.Fprintln(os.Stderr, "testworker: first heartbeat failed, going on:", err)
 	} else {

@@ -1,0 +1,129 @@
+package health_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// The owner of tag0 in these tests, and another host.
+var (
+	ownerA = health.LeaseValue("box-1", "i1") // record() writes host box-1, instance i1
+	ownerB = health.LeaseValue("box-2", "i2")
+)
+
+func setLease(tb testing.TB, s *health.Store, v string) {
+	tb.Helper()
+	if err := s.Client().Set(context.Background(), s.Keys().Slot(tag0), v, time.Minute).Err(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Record writes check the writer owns the slot (issue 12, defect 1 and
+// invariant 3): the lease names it, or the lease is gone and the record
+// names no other instance.
+func TestWriteChecksTheOwner(t *testing.T) {
+	noInstance := record(tag0, health.StatusHealthy, 100)
+	noInstance.Instance = ""
+	tests := []struct {
+		name   string
+		lease  string            // "" = no lease
+		stored *health.Component // nil = no record
+		writer string
+		ok     bool
+	}{
+		{"lease is the writer's", ownerA, new(record(tag0, health.StatusHealthy, 100)), ownerA, true},
+		{"lease is the writer's, record another's", ownerB, new(record(tag0, health.StatusHealthy, 100)), ownerB, true},
+		{"lease is another's", ownerB, new(record(tag0, health.StatusHealthy, 100)), ownerA, false},
+		{"lease is another's, no record", ownerB, nil, ownerA, false},
+		{"no lease, record the writer's", "", new(record(tag0, health.StatusHealthy, 100)), ownerA, true},
+		{"no lease, record another's", "", new(record(tag0, health.StatusHealthy, 100)), ownerB, false},
+		{"no lease, no record", "", nil, ownerB, true},
+		{"no lease, record without instance", "", &noInstance, ownerB, true},
+		{"no owner given", ownerB, new(record(tag0, health.StatusHealthy, 100)), "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			if tt.lease != "" {
+				setLease(t, s, tt.lease)
+			}
+			if tt.stored != nil {
+				seed(t, s, *tt.stored)
+			}
+			before := dump(t, s)
+			next := record(tag0, health.StatusCrashed, 200)
+			_, err := s.Write(testCtx(t), next, health.Write{NoCheck: true, Restarts: true, Owner: tt.writer})
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("Write: %v", err)
+				}
+				if h := hash(t, s, s.Keys().Component(tag0)); h[health.FieldStatus] != "crashed" {
+					t.Errorf("stored %v", h)
+				}
+				return
+			}
+			var oe *health.OwnerError
+			if !errors.As(err, &oe) || !errors.Is(err, health.ErrNotOwner) {
+				t.Fatalf("Write = %v, want an *OwnerError", err)
+			}
+			if oe.Holder == "" || oe.Holder == tt.writer {
+				t.Errorf("holder %q", oe.Holder)
+			}
+			if d := diffDumps(before, dump(t, s)); len(d) > 0 {
+				t.Errorf("a refused write wrote:\n%v", d)
+			}
+		})
+	}
+}
+
+func TestSetPID(t *testing.T) {
+	tests := []struct {
+		name   string
+		lease  string
+		stored *health.Component
+		owner  string
+		want   error // nil: recorded
+	}{
+		{"owner, no pid yet", ownerA, new(record(tag0, health.StatusStarting, 0)), ownerA, nil},
+		{"owner, same pid", ownerA, new(record(tag0, health.StatusStarting, 4200)), ownerA, nil},
+		{"owner, another pid", ownerA, new(record(tag0, health.StatusStarting, 4100)), ownerA, health.ErrPIDTaken},
+		{"lease another's", ownerB, new(record(tag0, health.StatusStarting, 0)), ownerA, health.ErrNotOwner},
+		{"no lease, record another's", "", new(record(tag0, health.StatusStarting, 0)), ownerB, health.ErrNotOwner},
+		{"no record", ownerA, nil, ownerA, health.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			if tt.lease != "" {
+				setLease(t, s, tt.lease)
+			}
+			if tt.stored != nil {
+				seed(t, s, *tt.stored)
+			}
+			before := dump(t, s)
+			err := s.SetPID(testCtx(t), record(tag0, health.StatusStarting, 4200), tt.owner)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("SetPID: %v", err)
+				}
+				if h := hash(t, s, s.Keys().Component(tag0)); h[health.FieldPID] != "4200" {
+					t.Errorf("stored %v", h)
+				}
+				if len(events(t, s)) != 1 {
+					t.Error("no event for the recorded pid")
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("SetPID = %v, want %v", err, tt.want)
+			}
+			if d := diffDumps(before, dump(t, s)); len(d) > 0 {
+				t.Errorf("a refused SetPID wrote:\n%v", d)
+			}
+		})
+	}
+}

@@ -1,0 +1,78 @@
+package supervisor_test
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+// TestDataLossAtHeartbeatDeadlineKillsNothing (issue 12, defect 5): Redis
+// loses a worker's record and heartbeat key just before the worker's
+// heartbeat deadline, and the worker's next beat is late (here: it is
+// paused). The deadline finds key and record gone: that is data loss, not
+// a hang. The record is written again with a TTL of grace, the worker is
+// not killed, and once it beats again it is healthy, nothing counted.
+func TestDataLossAtHeartbeatDeadlineKillsNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: longBackoff,
+		// Ticks, which notice lost data by this host's own record, are
+		// far apart: the heartbeat deadline must notice it on its own.
+		Lease: time.Minute,
+	})
+	id := health.ComponentID{Queue: "q"}
+	h.start()
+	before := h.waitFor(id, isStatus(health.StatusHealthy))
+	// The monitor itself has seen the worker beat (a heartbeat deadline
+	// found its key alive): from now on a key gone means a hang to it.
+	deadline := time.Now().Add(waitTimeout)
+	for h.sync()[0].Status != health.StatusHealthy {
+		if time.Now().After(deadline) {
+			t.Fatal("the monitor never saw the worker healthy")
+		}
+		<-time.After(20 * time.Millisecond) // polling the monitor's view
+	}
+
+	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(before.PID, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	mark := h.logs.mark()
+	keys := h.store.Keys()
+	if err := h.rdb.Del(context.Background(), keys.Component(id), keys.Heartbeat(id)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The deadline comes within a TTL: it either kills (the defect) or
+	// writes the record again.
+	i := h.logs.wait(t, mark, 3*h.cfg.Heartbeat.TTL+waitTimeout, "component="+id.String(), "heartbeat")
+	line := h.logs.line(i)
+	resume()
+	if strings.Contains(line, "killing worker") {
+		t.Fatalf("a worker was killed for a heartbeat Redis lost: %s", line)
+	}
+	t.Logf("at the deadline: %s", strings.TrimSpace(line))
+	c := h.waitFor(id, func(c health.Component) bool {
+		return c.Status == health.StatusHealthy && c.Instance != "" && !c.LastHeartbeat.IsZero()
+	})
+	if c.PID != before.PID || c.Instance != before.Instance || c.Restarts.LifetimeRestarts != 0 {
+		t.Errorf("after the loss: %s; before: %s", describe(c), describe(before))
+	}
+	// A TTL later it is still the same process, nothing counted.
+	newEventReader(t, h.store).expectNone(2*h.cfg.Heartbeat.TTL, notRunning)
+	if !processAlive(before.PID) {
+		t.Errorf("worker %d is gone", before.PID)
+	}
+}

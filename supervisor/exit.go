@@ -1,0 +1,216 @@
+package supervisor
+
+import (
+	"errors"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/policy"
+)
+
+func (s *Supervisor) onExit(m exitMsg) {
+	w := s.workers[m.id]
+	if w == nil || w.proc == nil || w.proc.pid != m.pid {
+		return
+	}
+	t, ok := s.begin(w, evExit)
+	if !ok {
+		return
+	}
+	code, sig := health.ExitCodeOf(m.state)
+	pid := w.proc.pid
+	w.proc = nil
+	s.disarm(w, timerCheck)
+	s.disarm(w, timerKill)
+	switch w.state {
+	case stFenced:
+		s.exitFenced(t, pid)
+	case stStopping, stReleasing:
+		s.exitStopped(t, pid, code, sig)
+	case stRunning:
+		s.exitCrashed(t, m, pid, code, sig)
+	}
+}
+
+// exitFenced forgets a fenced worker whose process is gone. Its record is
+// the new owner's: nothing is written; whatever waited for its stop is
+// answered with ErrSlotMoving. Its tasks still marked running under its pid
+// are put back (scoped to the pid, so the new owner's are untouched).
+func (s *Supervisor) exitFenced(t step, pid int) {
+	w := t.w
+	s.logw(w).Info("fenced worker exited", "pid", pid)
+	s.recoverTasks(w, pid, "fenced")
+	var ls []later
+	if w.stop != nil {
+		ls, w.stop = w.stop.then, nil
+	}
+	s.forget(t, false)
+	runThens(ls, ErrSlotMoving)
+}
+
+// exitStopped records the end of a stop. A released worker is then
+// forgotten and its lease given up.
+func (s *Supervisor) exitStopped(t step, pid, code int, sig string) {
+	w := t.w
+	st := w.stop
+	w.stop = nil
+	r := &w.rec
+	r.Status, r.Held, r.Reason = health.StatusStopped, st.held, st.reason
+	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
+	if st.killed {
+		r.Reason = "stop timeout"
+	}
+	if w.kill.code != 0 {
+		r.ExitCode, r.Signal = w.kill.code, ""
+	}
+	// A worker requeues what it could not finish before it exits 0, but one
+	// killed, failing or lying on the way out may not have: put back what
+	// it still holds, whatever its exit (issue 12, defect 9). Recovery is
+	// idempotent and touches only tasks still active under this pid.
+	s.recoverTasks(w, pid, "stopped")
+	var thenErr error
+	if err := s.write(w, health.Write{Actor: health.ActorMonitor}); errors.Is(err, health.ErrNotOwner) {
+		thenErr = ErrSlotMoving
+	}
+	s.logw(w).Info("worker stopped", "pid", pid, "exit_code", code, "reason", r.Reason)
+	if t.from == stReleasing {
+		s.forget(t, true)
+	} else {
+		t.to(stIdle)
+	}
+	runThens(st.then, thenErr)
+}
+
+// exitCrashed handles an exit nobody asked for.
+func (s *Supervisor) exitCrashed(t step, m exitMsg, pid, code int, sig string) {
+	w := t.w
+	reason := exitReason(code, sig)
+	cause := "exit"
+	if sig != "" {
+		cause = "signal"
+	}
+	if w.kill.code != 0 {
+		code, sig, reason, cause = w.kill.code, "", w.kill.reason, w.kill.cause
+	}
+	s.crashed(t, pid, code, sig, reason, cause)
+	// How long the death took to be recorded: from the exit (cmd.Wait
+	// returned), or, for a hang, from the moment the heartbeat expired.
+	switch {
+	case cause == "hang" && !w.expires.IsZero():
+		s.cfg.Metrics.Detected("hang", s.cfg.Clock.Now().Sub(w.expires))
+	case w.kill.code == 0 && !m.at.IsZero():
+		s.cfg.Metrics.Detected("exit", s.cfg.Clock.Now().Sub(m.at))
+	}
+}
+
+func exitReason(code int, sig string) string {
+	if sig != "" {
+		return "killed by " + sig
+	}
+	return "exited with code " + itoa(code)
+}
+
+// crashed records a crash and applies the policy: a restart timer
+// (backoff), or failed (idle). cause labels the crash metric (see
+// metrics.Metrics.Crash).
+//
+// Invariant 5 of issue 12: only real crashes count. The exit of a process
+// started while Redis was unreachable, and never seen beating since, is
+// not counted (issue 12, defect 4): it may have given up for want of
+// Redis (even just after Redis came back), and that must not walk its slot
+// to failed.
+func (s *Supervisor) crashed(t step, pid, code int, sig, reason, cause string) {
+	w := t.w
+	if w.outage != 0 && !w.sawBeat {
+		s.crashedUncounted(t, pid, code, sig, reason)
+		return
+	}
+	s.cfg.Metrics.Crash(w.id.Queue, cause, code)
+	now := s.cfg.Clock.Now()
+	var healthySince time.Time
+	if w.rec.Status == health.StatusHealthy {
+		healthySince = w.rec.HealthySince
+	}
+	d := s.cfg.Policy.Decide(w.rec.Restarts, policy.Crash{At: now, HealthySince: healthySince}, s.cfg.Rand())
+	r := &w.rec
+	r.Status, r.Reason, r.Restarts = health.StatusCrashed, reason, d.State
+	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor, Restarts: true})
+	if pid > 0 {
+		s.recoverTasks(w, pid, "crash")
+	}
+	if d.Failed {
+		r.Status, r.Reason = health.StatusFailed, d.State.FailureReason
+		_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+		s.logw(w).Error("worker failed", "exit_code", code, "reason", reason, "failure", d.State.FailureReason,
+			"lifetime_restarts", d.State.LifetimeRestarts)
+		s.cfg.Metrics.Failed(w.id.Queue)
+		s.alert("worker_failed", health.WorkerEvent(w.rec, w.rec.UpdatedAt))
+		t.to(stIdle)
+		return
+	}
+	s.logw(w).Warn("worker crashed", "pid", pid, "exit_code", code, "reason", reason,
+		"restart_in", d.Delay, "restart_count", d.State.RestartCount, "lifetime_restarts", d.State.LifetimeRestarts)
+	s.scheduleRestart(t, d.Delay)
+}
+
+// crashedUncounted records a crash that is not counted: the history stays
+// as it was; the restart still backs off, by the uncounted restarts since
+// Redis went away.
+func (s *Supervisor) crashedUncounted(t step, pid, code int, sig, reason string) {
+	w := t.w
+	r := &w.rec
+	r.Status, r.Reason = health.StatusCrashed, reason+" (not counted: started while Redis was unreachable)"
+	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+	if pid > 0 {
+		s.recoverTasks(w, pid, "crash")
+	}
+	delay := s.cfg.Policy.Backoff(w.uncounted, s.cfg.Rand())
+	w.uncounted++
+	s.logw(w).Warn("worker crashed", "pid", pid, "exit_code", code, "reason", reason, "counted", false, "restart_in", delay)
+	s.scheduleRestart(t, delay)
+}
+
+// scheduleRestart arms the one restart timer (backoff), unless the host is
+// shutting down (idle).
+func (s *Supervisor) scheduleRestart(t step, d time.Duration) {
+	if s.shuttingDown {
+		t.to(stIdle)
+		return
+	}
+	s.arm(t.w, timerRestart, d)
+	t.to(stBackoff)
+}
+
+// alert tells the configured Alerter, if any; it never blocks.
+func (s *Supervisor) alert(kind string, ev health.Event) {
+	if s.cfg.Alerts != nil {
+		s.cfg.Alerts.Notify(kind, ev)
+	}
+}
+
+// recoverTasks puts back the tasks of w's reaped process pid.
+// reason labels the metric: crash, stopped, fenced, supervisor_restart or
+// deferred (Redis was away when the process died).
+func (s *Supervisor) recoverTasks(w *worker, pid int, reason string) {
+	if s.cfg.Recoverer == nil {
+		return
+	}
+	if s.redisDown {
+		w.recover = append(w.recover, pid)
+		return
+	}
+	ctx, cancel := s.opCtx()
+	n, err := s.cfg.Recoverer.Recover(ctx, w.id, pid)
+	cancel()
+	if err != nil {
+		w.recover = append(w.recover, pid)
+		s.redisFailed(err)
+		return
+	}
+	if n > 0 {
+		s.cfg.Metrics.Recovered(w.id.Queue, reason, n)
+		s.logw(w).Info("requeued running tasks", "pid", pid, "tasks", n)
+	}
+}

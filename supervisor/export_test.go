@@ -1,0 +1,5 @@
+package supervisor
+
+// IllegalTransitions is how many worker moves the state table did not
+// allow (see step.to): every test's supervisor must end with none.
+func (s *Supervisor) IllegalTransitions() int64 { return s.illegal.Load() }

@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// releaseUnwanted releases the slots this host should not hold: those
+// beyond a shrunk pool, all of them while draining. A worker already
+// leaving is left alone; one waiting for an earlier supervisor's process
+// is released at a later tick (its slot must not be taken while that
+// process lives).
+func (s *Supervisor) releaseUnwanted() {
+	for _, id := range s.ids() {
+		w := s.workers[id]
+		switch {
+		case !legal(evRelease, w.state):
+		case s.cluster.draining:
+			s.release(w, "drain")
+		case id.Slot >= s.cluster.sizes[id.Queue]:
+			s.release(w, "pool shrink")
+		}
+	}
+}
+
+// rebalance hands one slot per tick to a host below its share, when this
+// host holds more than its own: the last one it holds that runs or waits
+// (not one an operator is stopping).
+func (s *Supervisor) rebalance(p share) {
+	if p.holding <= p.want || !p.others || s.cluster.draining {
+		return
+	}
+	ids := s.ids()
+	for i := len(ids) - 1; i >= 0; i-- {
+		switch w := s.workers[ids[i]]; w.state {
+		case stRunning, stIdle, stBackoff:
+			s.release(w, "rebalance")
+			return
+		}
+	}
+}
+
+// release gives w's slot up for another host: a running process is stopped
+// gracefully first (releasing), and the slot is released once it exited;
+// a stop in flight goes on and ends the same way; a worker without a
+// process is let go at once.
+func (s *Supervisor) release(w *worker, reason string) {
+	t, ok := s.begin(w, evRelease)
+	if !ok {
+		return
+	}
+	s.logw(w).Info("releasing slot", "reason", reason)
+	switch w.state {
+	case stRunning:
+		s.stopProcess(w, reason, false)
+		t.to(stReleasing)
+	case stStopping:
+		t.to(stReleasing)
+	case stIdle, stBackoff:
+		s.disarm(w, timerRestart)
+		if w.rec.Status == health.StatusCrashed {
+			w.rec.Status, w.rec.Held, w.rec.Reason = health.StatusStopped, false, reason
+			_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+		}
+		s.forget(t, true)
+	}
+}
+
+// forget drops t's worker from this host, releasing its lease if asked.
+// Invariant 1 of issue 12 (never two processes for one slot): a lease is
+// released only here, once the worker has no process (after its exit, or
+// at once for one that had none).
+func (s *Supervisor) forget(t step, releaseLease bool) {
+	w := t.w
+	s.disarmAll(w)
+	delete(s.workers, w.id)
+	t.to(stGone)
+	if releaseLease && !s.redisDown {
+		ctx, cancel := s.opCtx()
+		defer cancel()
+		if err := s.store.Release(ctx, s.store.Keys().Slot(w.id), s.cluster.me); err != nil {
+			s.logw(w).Warn("release slot lease", "err", err)
+		}
+	}
+}
+
+// fence stops w at once: its lease is another host's now (DESIGN.md §11).
+// Invariant 2 of issue 12 (no process outlives its supervisor's hold on the
+// slot by more than stop_timeout): the SIGKILL is armed once, here.
+// SIGTERM lets the worker hand back what it runs; SIGKILL follows at
+// stop_timeout from the first stop, armed once and never postponed. The
+// record belongs to the new owner: nothing is written for the slot again,
+// actions on it go to the new holder, and what waited for its stop is
+// answered with ErrSlotMoving when the process has exited.
+func (s *Supervisor) fence(w *worker) {
+	t, ok := s.begin(w, evFence)
+	if !ok {
+		return
+	}
+	s.logw(w).Warn("slot lease lost to another host: stopping the worker at once", "state", w.state.String())
+	s.disarm(w, timerCheck)
+	s.disarm(w, timerRestart)
+	switch w.state {
+	case stIdle, stBackoff, stWaitingOld:
+		s.forget(t, false)
+		return
+	}
+	if w.stop == nil {
+		w.stop = &stopReq{reason: "fenced"}
+		if err := signalGroup(w.proc.pid, sigTerm); err != nil {
+			s.logw(w).Error("stop", "err", err)
+		}
+	}
+	if !s.armed(w, timerKill) {
+		s.arm(w, timerKill, s.cfg.StopTimeout)
+	}
+	t.to(stFenced)
+}
+
+// releaseAll gives up every lease this host holds (graceful shutdown).
+func (s *Supervisor) releaseAll() {
+	s.cluster.left = true // no tick may renew (re-take) a released lease
+	if s.cfg.OnLeader != nil {
+		s.cfg.OnLeader(false, time.Time{}) // before the lease goes: no fire after it
+	}
+	if s.redisDown {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
+	defer cancel()
+	keys := s.store.Keys()
+	for _, id := range s.ids() {
+		if err := s.store.Release(ctx, keys.Slot(id), s.cluster.me); err != nil {
+			s.log.Warn("release slot lease", "component", id.String(), "err", err)
+		}
+	}
+	if s.cluster.leader {
+		_ = s.store.Release(ctx, keys.Leader(), s.cluster.me)
+	}
+	s.cluster.leader = false
+	if err := s.store.Client().Del(ctx, keys.Host(s.cfg.Host)).Err(); err != nil {
+		s.log.Warn("remove host record", "err", err)
+	}
+	// Stopped, not lost: the leader neither announces nor alerts it.
+	if err := s.store.Client().HSet(ctx, keys.Control(), fieldLostPrefix+s.cfg.Host, "stopped").Err(); err != nil {
+		s.log.Warn("record a graceful stop", "err", err)
+	}
+	s.hostEvent(ctx, "stopped", "")
+}

@@ -1,0 +1,186 @@
+package supervisor
+
+import (
+	"errors"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// write stores w.rec (see health.Store.Write), as the slot's owner: the
+// write script refuses it unless this host holds the slot's lease
+// (invariant 3 of issue 12: no host writes a record for a slot whose
+// lease it does not hold). A refusal for that reason fences the worker
+// once the current event is handled. While Redis is unreachable it only
+// marks w dirty: the record is written back when Redis returns. A refused
+// write is returned; Redis errors are not (they are an outage).
+func (s *Supervisor) write(w *worker, wr health.Write) error {
+	if !w.holds() {
+		// A fenced worker's record is the new owner's: never written.
+		s.logw(w).Error("write refused: the slot is not this host's", "state", w.state.String())
+		return ErrSlotMoving
+	}
+	w.rec.UpdatedAt = s.cfg.Clock.Now()
+	if s.redisDown {
+		w.dirty = true
+		return nil
+	}
+	wr.Owner = s.cluster.me
+	ctx, cancel := s.opCtx()
+	defer cancel()
+	_, err := s.store.Write(ctx, w.rec, wr)
+	var te *health.TransitionError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te):
+		s.logw(w).Warn("status change refused", "err", err)
+		return err
+	case errors.Is(err, health.ErrNotOwner):
+		s.lostToAnother(w, err)
+		return err
+	}
+	w.dirty = true
+	s.redisFailed(err)
+	return nil
+}
+
+// lostToAnother fences w once the current event is handled: a write for
+// its slot found the lease another host's.
+func (s *Supervisor) lostToAnother(w *worker, err error) {
+	s.logw(w).Warn("the slot is another host's: fencing the worker", "err", err)
+	s.deferUntilIdle(func() {
+		if s.workers[w.id] == w && legal(evFence, w.state) {
+			s.fence(w)
+		}
+	})
+}
+
+// spawn starts w's process (t's worker, idle or in backoff). writeRestarts
+// writes the restart history with the record (an operator restart of a
+// failed worker changed it).
+func (s *Supervisor) spawn(t step, actor health.Actor, writeRestarts bool) error {
+	w := t.w
+	now := s.cfg.Clock.Now()
+	prev := w.rec
+	r := &w.rec
+	r.Status, r.Reason, r.Held = health.StatusStarting, "", false
+	r.PID, r.HasExit, r.ExitCode, r.Signal = 0, false, 0, ""
+	r.StartedAt, r.HealthySince, r.LastHeartbeat, r.CurrentJob = now, time.Time{}, time.Time{}, ""
+	r.Host, r.Instance = s.cfg.Host, s.cfg.Instance
+	if err := s.write(w, health.Write{Actor: actor, Restarts: writeRestarts, ClearHeartbeat: true, Index: true, NoEvent: true}); err != nil {
+		w.rec = prev
+		return err
+	}
+	w.sawBeat, w.kill, w.stop, w.expires = false, killCause{}, nil, time.Time{}
+	switch actor {
+	case health.ActorOperator:
+		s.cfg.Metrics.Restart(w.id.Queue, "operator")
+	case health.ActorTakeover:
+		s.cfg.Metrics.Restart(w.id.Queue, "takeover")
+	}
+	proc, err := s.startProcess(w.pool, w.id)
+	if err != nil {
+		s.logw(w).Error("spawn failed", "err", err)
+		s.crashed(t, 0, health.ExitUnknown, "", "spawn failed: "+err.Error(), "spawn")
+		return nil
+	}
+	w.proc = proc
+	w.judgeFrom = proc.started
+	w.outage = 0
+	if s.redisDown {
+		w.outage = s.outages
+	}
+	t.to(stRunning)
+	r.PID = proc.pid
+	s.logw(w).Info("worker started", "pid", proc.pid, "restart_count", r.Restarts.RestartCount)
+	s.recordPID(w)
+	s.arm(w, timerCheck, min(s.cfg.Heartbeat.TTL, s.cfg.Heartbeat.StartTimeout))
+	return nil
+}
+
+// recordPID writes the new process's pid into its starting record. Until
+// then the record has none, and no heartbeat adopts it (issue 12, defect
+// 8): the child's first beats wait for it.
+func (s *Supervisor) recordPID(w *worker) {
+	if s.redisDown {
+		return // w is dirty: the whole record is written when Redis returns
+	}
+	ctx, cancel := s.opCtx()
+	err := s.store.SetPID(ctx, w.rec, s.cluster.me)
+	cancel()
+	switch {
+	case err == nil:
+	case errors.Is(err, health.ErrNotOwner), errors.Is(err, health.ErrPIDTaken):
+		s.lostToAnother(w, err)
+	case errors.Is(err, health.ErrNotFound):
+		// Written a moment ago, gone now: Redis lost its data.
+		w.dirty = true
+		s.deferUntilIdle(func() { s.dataLost("the record of a worker just started is gone: Redis lost its data") })
+	default:
+		w.dirty = true
+		s.redisFailed(err)
+	}
+}
+
+// check is a heartbeat deadline (t's worker runs): read the key (which
+// expires it on the spot if due) and judge, or re-arm for its new expiry.
+func (s *Supervisor) check(t step) {
+	w := t.w
+	if s.redisDown {
+		return // judged again after Redis returns (with a TTL of grace)
+	}
+	ctx, cancel := s.opCtx()
+	probes, err := s.store.ProbeMany(ctx, []health.ComponentID{w.id})
+	cancel()
+	if err != nil {
+		s.redisFailed(err)
+		return
+	}
+	p, now := probes[0], s.cfg.Clock.Now()
+	hb := s.cfg.Heartbeat
+	switch {
+	case p.Value != "" && !health.ValidHeartbeat(p.Value):
+		s.killFor(w, health.ExitBadHeartbeat, "bad_heartbeat", "invalid heartbeat "+quoteShort(p.Value))
+	case p.TTL > 0:
+		w.sawBeat, w.expires = true, now.Add(p.TTL)
+		if p.Status == health.StatusHealthy && w.rec.Status == health.StatusStarting {
+			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, p.HealthySince
+		}
+		s.arm(w, timerCheck, p.TTL+time.Millisecond)
+	case p.Status == health.StatusNone || p.Instance == "":
+		// Key and record gone (or the record re-created without what only
+		// the supervisor writes): Redis lost its data between the last beat
+		// and this deadline. Never a reason to kill, nor a crash to count
+		// (issue 12, defect 5, invariant 5): write the state again and give
+		// every worker a TTL of grace.
+		s.logw(w).Warn("heartbeat key and record gone at the deadline: Redis lost its data; writing the state again", "pid", w.proc.pid)
+		s.deferUntilIdle(func() { s.dataLost("state written again after Redis lost its data (seen at a heartbeat deadline)") })
+	case w.sawBeat || p.Status == health.StatusHealthy:
+		s.killFor(w, health.ExitHeartbeatTimeout, "hang", "heartbeat expired")
+	default:
+		left := hb.StartTimeout - now.Sub(w.judgeFrom)
+		if left <= 0 {
+			s.killFor(w, health.ExitHeartbeatTimeout, "start_timeout", "no heartbeat within start_timeout")
+			return
+		}
+		s.arm(w, timerCheck, min(hb.Interval, left))
+	}
+}
+
+func quoteShort(v string) string {
+	if len(v) > 32 {
+		v = v[:32] + "…"
+	}
+	return `"` + v + `"`
+}
+
+// killFor SIGKILLs w's group; its exit is then recorded with code and reason.
+// cause labels the crash metric: hang, start_timeout or bad_heartbeat.
+func (s *Supervisor) killFor(w *worker, code int, cause, reason string) {
+	w.kill = killCause{code: code, reason: reason, cause: cause}
+	s.logw(w).Warn("killing worker", "pid", w.proc.pid, "reason", reason, "exit_code", code)
+	if err := signalGroup(w.proc.pid, sigKill); err != nil {
+		s.logw(w).Error("kill", "err", err)
+	}
+}

@@ -1,0 +1,120 @@
+package supervisor
+
+import (
+	"context"
+	"time"
+)
+
+func (s *Supervisor) armTick() {
+	if s.cluster.tick != nil {
+		s.cluster.tick()
+	}
+	d := s.cfg.Lease / 3
+	if s.cluster.early > 0 && s.cluster.early < d {
+		d = s.cluster.early // a lost host's lease expires before the next tick
+	}
+	s.cluster.early = 0
+	// Leases expire on Redis's clock, so ticks follow real time whatever
+	// clock the rest of the supervisor uses.
+	t := time.AfterFunc(d, func() {
+		select {
+		case s.ticks <- struct{}{}:
+		default:
+		}
+	})
+	s.cluster.tick = t.Stop
+}
+
+// tick runs every third of a lease. While the host shuts down it only
+// renews the leases of the workers still stopping (invariant 1 of issue
+// 12: a slot must not be taken while its process lives); while Redis is unreachable it does
+// nothing (nothing is fenced or moved then).
+func (s *Supervisor) tick(first bool) {
+	if s.cluster.left {
+		return // the host left the cluster: its leases are released
+	}
+	defer s.armTick()
+	if s.redisDown {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
+	defer cancel()
+	var err error
+	if s.shuttingDown {
+		err = s.renewAndFence(ctx)
+	} else {
+		err = s.clusterTick(ctx, first)
+	}
+	if err != nil {
+		s.redisFailed(err)
+	}
+	if first {
+		s.log.Info("supervisor started", "host", s.cfg.Host, "instance", s.cfg.Instance, "components", len(s.workers))
+	}
+}
+
+// clusterTick is one tick's steps, in the order they must run.
+func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
+	// 1. Renew what we hold; fence what we lost.
+	if err := s.renewAndFence(ctx); err != nil {
+		return err
+	}
+	// 2. Read pool sizes, drain flags and hosts.
+	ctl, err := s.readControl(ctx)
+	if err != nil {
+		return err
+	}
+	// 3. Our own record gone although no call failed: Redis lost its data.
+	if !first && !listed(ctl.hosts, s.cfg.Host) {
+		s.log.Warn("this host's record is gone from Redis: it lost its data; writing the state again")
+		s.dataLost("state written again after Redis lost its data")
+		if s.redisDown {
+			return nil
+		}
+	}
+	// 4. Release what we should not hold: slots beyond a shrunk pool, all
+	// of them while draining.
+	s.releaseUnwanted()
+	// 5. Claim free slots up to our fair share.
+	p, err := s.claim(ctx, ctl, first)
+	if err != nil {
+		return err
+	}
+	// 6. Hand one extra slot per tick to a host below its share.
+	s.rebalance(p)
+	// 7. Our host record, then 8. the leader's lease and chores.
+	if err := s.writeHost(ctx, s.holding()); err != nil {
+		return err
+	}
+	return s.leaderTick(ctx, ctl)
+}
+
+// renewAndFence renews the leases of the slots this host holds, in one
+// round trip, and fences the workers whose lease another host has taken.
+// A fenced worker's lease is not renewed and it is fenced once: its SIGKILL
+// is never postponed (issue 12, defect 3).
+func (s *Supervisor) renewAndFence(ctx context.Context) error {
+	var held []*worker
+	for _, id := range s.ids() {
+		if w := s.workers[id]; w.holds() {
+			held = append(held, w)
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	keys := make([]string, len(held))
+	for i, w := range held {
+		keys[i] = s.store.Keys().Slot(w.id)
+	}
+	lost, err := s.store.Renew(ctx, keys, s.cluster.me, s.cfg.Lease)
+	if err != nil {
+		return err
+	}
+	for i, w := range held {
+		if lost[i] {
+			s.fence(w)
+		}
+	}
+	return nil
+}
