@@ -64,7 +64,16 @@ func TestToxicJobArchivedAfterThreeRuns(t *testing.T) {
 	}
 	want := states(created, processing, queue.StateRequeuedStale, processing, queue.StateRequeuedStale,
 		processing, queue.StateRequeuedStale, queue.StateToxic)
-	if got := e.states("toxic"); !slices.Equal(got, want) {
+	// requeued:stale may follow the next processing (RELIABILITY.md, known
+	// limits: the requeue and its event are two round trips): compare in
+	// order what the stream promises, the rest as counts.
+	got := e.states("toxic")
+	sorted := func(s []queue.JobState) []queue.JobState {
+		c := slices.Clone(s)
+		slices.Sort(c)
+		return c
+	}
+	if !slices.Equal(sorted(got), sorted(want)) || got[0] != created || got[1] != processing || got[len(got)-1] != queue.StateToxic {
 		t.Fatalf("toxic task's events %v, want %v", got, want)
 	}
 	info := waitArchived(t, e, "toxic")
@@ -116,7 +125,8 @@ func TestKillsLoseNoJob(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d of %d jobs completed, %d kills", time.Since(begin), done, n, kills)
+			t.Fatalf("after %s: %d of %d jobs completed, %d kills; not completed:\n%s", time.Since(begin), done, n, kills,
+				s.explainMissing(ids))
 		}
 		live := s.healthy()
 		rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })

@@ -3,12 +3,8 @@ package queue
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,11 +18,18 @@ import (
 // dequeue is found by Recover: there is no window between "active in
 // asynq" and "recorded as ours".
 //
-// KEYS: pending, paused, active, lease (as asynq's). ARGV: lease expiry
-// (Unix s), task key prefix (as asynq's), owner field, owner, job key
-// prefix, crash counter suffix. Returns {msg, id, crashes} or nil.
+// The owner must not be one Recover declared dead: a dequeue a process
+// sent just before it was killed can still reach Redis after Recover put
+// its tasks back (miniredis serves connections in no set order; a proxy
+// or a slow network can hold a command); it would take a task for a
+// process that no longer exists, left to asynq's lease recovery.
+//
+// KEYS: pending, paused, active, lease (as asynq's), dead owners. ARGV:
+// lease expiry (Unix s), task key prefix (as asynq's), owner field,
+// owner, job key prefix, crash counter suffix. Returns {msg, id, crashes}
+// or nil.
 const vigilDequeueSource = `
-if redis.call("EXISTS", KEYS[2]) == 0 then
+if redis.call("EXISTS", KEYS[2]) == 0 and not redis.call("ZSCORE", KEYS[5], ARGV[4]) then
 	local id = redis.call("RPOPLPUSH", KEYS[1], KEYS[3])
 	if id then
 		local key = ARGV[2] .. id
@@ -41,43 +44,6 @@ return nil`
 
 var vigilDequeueScript = redis.NewScript(vigilDequeueSource)
 
-// dequeueHook sits on the worker's Redis client and takes over asynq's
-// dequeue of one queue:
-//   - it runs vigilDequeueScript in place of asynq's script (the reply
-//     asynq gets is the same);
-//   - while the backpressure gate is closed it answers "nothing to
-//     dequeue" without asking Redis, so that this process, and only it,
-//     stops taking tasks (asynq's own queue pause is cluster-wide).
-//
-// A dequeue it does not recognize (another asynq version) goes through
-// untouched, with one error logged: tasks then fall back to the running
-// records and, at worst, to asynq's lease recovery.
-type dequeueHook struct {
-	pending string
-	owner   string // "<component>:<pid>"
-	jobPfx  string // health.Keys.JobPrefix(queue)
-	log     *slog.Logger
-	metrics *Metrics
-
-	onSkip   func()         // tests: called when a dequeue is refused
-	onTry    func(got bool) // tests: called after each dequeue
-	closed   atomic.Bool    // backpressure: refuse dequeues
-	warnOnce sync.Once
-
-	mu      sync.Mutex
-	crashes map[string]int // task id → crash count read at dequeue, until the middleware takes it
-}
-
-func newDequeueHook(keys health.Keys, id health.ComponentID, pid int, log *slog.Logger, m *Metrics) *dequeueHook {
-	return &dequeueHook{
-		pending: asynqPendingKey(id.Queue),
-		owner:   ownerOf(id, pid),
-		jobPfx:  keys.JobPrefix(id.Queue),
-		log:     log,
-		metrics: m,
-	}
-}
-
 // ownerOf is the owner field's value for process pid of component id.
 func ownerOf(id health.ComponentID, pid int) string { return id.String() + ":" + strconv.Itoa(pid) }
 
@@ -87,7 +53,7 @@ func ownerOf(id health.ComponentID, pid int) string { return id.String() + ":" +
 const maxCrashEntries = 10_000
 
 // takeCrashes returns the crash count the dequeue of task id read, once.
-func (h *dequeueHook) takeCrashes(id string) (int, bool) {
+func (h *redisHook) takeCrashes(id string) (int, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n, ok := h.crashes[id]
@@ -95,7 +61,7 @@ func (h *dequeueHook) takeCrashes(id string) (int, bool) {
 	return n, ok
 }
 
-func (h *dequeueHook) putCrashes(id string, n int) {
+func (h *redisHook) putCrashes(id string, n int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.crashes == nil || len(h.crashes) >= maxCrashEntries {
@@ -104,60 +70,88 @@ func (h *dequeueHook) putCrashes(id string, n int) {
 	h.crashes[id] = n
 }
 
-func (h *dequeueHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+// noRetry makes go-redis send a command once: after a lost reply it must
+// not run again (the dequeue would take a second task; an outcome is
+// kept rather than repeated blindly).
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+// refusedPause is how long dequeues are refused here after Redis refused
+// one (OOM, READONLY): asynq would otherwise ask again at once, in a loop.
+const refusedPause = time.Second
+
+// gateClosed reports why a dequeue is refused without asking Redis, "" if
+// it is not.
+func (h *redisHook) gateClosed() string {
+	switch {
+	case h.closed.Load():
+		return "backpressure"
+	case !h.link.isUp():
+		return "redis unreachable"
+	case h.clock.Now().UnixNano() < h.refusedUntil.Load():
+		return "redis refuses writes"
+	}
+	return ""
 }
 
-func (h *dequeueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *dequeueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		// EVALSHA sha 4 pending paused active lease expiry prefix
-		if len(args) != 9 || args[3] != h.pending || !strings.EqualFold(cmd.Name(), "evalsha") {
-			return next(ctx, cmd)
-		}
-		c, ok := cmd.(*redis.Cmd)
-		if args[1] != asynqDequeueSHA || !ok {
-			h.warnOnce.Do(func() {
-				h.log.Error("asynq's dequeue script is not the one this build knows: dead workers' tasks come back only through asynq's lease recovery, and backpressure is off",
-					"asynq_pinned", AsynqVersion)
-			})
-			return next(ctx, cmd)
-		}
-		if h.closed.Load() {
+// dequeue runs vigilDequeueScript with asynq's keys and arguments, once,
+// and hands asynq the reply its own script would have given. A dequeue
+// that gets no reply may have run: the task it took is active under this
+// process but runs nowhere; the link goes down, and once Redis answers
+// the stranded-task sweep (settle.go) puts it back. asynq sees an empty
+// queue then (not an error: it would ask again at once).
+func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return next(ctx, cmd)
+	}
+	if why := h.gateClosed(); why != "" {
+		if why == "backpressure" {
 			h.metrics.DequeueSkips.Add(1)
 			if h.onSkip != nil {
 				h.onSkip()
 			}
-			c.SetErr(redis.Nil)
-			return redis.Nil
 		}
-		return h.dequeue(ctx, c, args, next)
+		c.SetErr(redis.Nil)
+		return redis.Nil
 	}
-}
-
-// dequeue runs vigilDequeueScript with asynq's keys and arguments and hands
-// asynq the reply its own script would have given.
-func (h *dequeueHook) dequeue(ctx context.Context, c *redis.Cmd, args []any, next redis.ProcessHook) error {
-	sargs := []any{"evalsha", vigilDequeueScript.Hash()}
-	sargs = append(sargs, args[2:]...)
+	h.dq.RLock()
+	defer h.dq.RUnlock()
+	args := cmd.Args()
+	// asynq's: evalsha sha 4 pending paused active lease expiry prefix
+	sargs := []any{"evalsha", vigilDequeueScript.Hash(), 5}
+	sargs = append(sargs, args[3:7]...)
+	sargs = append(sargs, h.deadOwners)
+	sargs = append(sargs, args[7:]...)
 	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix)
+	start := h.clock.Now()
 	run := redis.NewCmd(ctx, sargs...)
-	err := next(ctx, run)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+	err := next(ctx, noRetry{run})
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		sargs[0], sargs[1] = "eval", vigilDequeueSource
 		run = redis.NewCmd(ctx, sargs...)
-		err = next(ctx, run)
+		err = next(ctx, noRetry{run})
 	}
 	if h.onTry != nil {
 		defer func() { h.onTry(c.Err() == nil) }()
 	}
+	h.observe("dequeue", start, err)
 	if err != nil {
-		if !errors.Is(err, redis.Nil) {
-			h.metrics.AcquireFailures.Add(1)
+		if errors.Is(err, redis.Nil) {
+			c.SetErr(redis.Nil)
+			return redis.Nil
+		}
+		h.metrics.AcquireFailures.Add(1)
+		switch faultOf(err) {
+		case faultNoAnswer:
+			h.metrics.DequeueNoAnswer.Add(1)
+			c.SetErr(redis.Nil)
+			return redis.Nil
+		case faultRefused:
+			h.refusedUntil.Store(h.clock.Now().Add(refusedPause).UnixNano())
+			c.SetErr(redis.Nil)
+			return redis.Nil
 		}
 		c.SetErr(err)
 		return err
@@ -169,6 +163,7 @@ func (h *dequeueHook) dequeue(ctx context.Context, c *redis.Cmd, args []any, nex
 	}
 	id, _ := res[1].(string)
 	n, _ := strconv.Atoi(asString(res[2]))
+	h.held.dequeued(id, h.clock.Now())
 	h.putCrashes(id, n)
 	c.SetVal(res[0])
 	return nil

@@ -9,8 +9,15 @@
 // For the supervisor: Recoverer (recover.go) puts a dead worker's tasks
 // straight back to pending.
 //
+// Across Redis faults (DESIGN.md §11): the worker's Redis hook (hook.go)
+// takes over asynq's dequeue (dequeue.go, sent once, never retried), its
+// outcome writes (outcome.go: one Redis does not take is kept, kept.go,
+// and written later under the owner guard) and its lease calls
+// (leases.go). A link state machine (link.go, settle.go) stops dequeuing
+// while Redis is away and, once it answers, writes what was kept and
+// requeues the tasks a lost reply stranded under this process.
+//
 // It is the only package that knows asynq's Redis keys and scripts
-// (asynqkeys.go, pinned to AsynqVersion; dequeue.go wraps asynq's dequeue
-// on the worker's own Redis client). It must not spawn processes or serve
-// HTTP.
+// (asynqkeys.go and asynqscripts.go, pinned to AsynqVersion). It must not
+// spawn processes or serve HTTP.
 package queue

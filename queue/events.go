@@ -18,14 +18,17 @@ type JobState string
 
 // Job states.
 const (
-	StateCreated         JobState = "created"
-	StateProcessing      JobState = "processing"
-	StateProgress        JobState = "progress"
-	StateDone            JobState = "done"
-	StateError           JobState = "error"
-	StateRequeuedStale   JobState = "requeued:stale"
-	StateAbortedShutdown JobState = "aborted:shutdown"
-	StateToxic           JobState = "toxic"
+	StateCreated       JobState = "created"
+	StateProcessing    JobState = "processing"
+	StateProgress      JobState = "progress"
+	StateDone          JobState = "done"
+	StateError         JobState = "error"
+	StateRequeuedStale JobState = "requeued:stale"
+	// StateRequeuedStranded: a dequeue's reply was lost and the worker,
+	// which never ran the task, put it back (no attempt counted).
+	StateRequeuedStranded JobState = "requeued:stranded"
+	StateAbortedShutdown  JobState = "aborted:shutdown"
+	StateToxic            JobState = "toxic"
 )
 
 // TopicJobs is the topic that carries every job's events, besides the

@@ -6,3 +6,6 @@ package queue
 func SetTestHooks(cfg *WorkerConfig, onSkip func(), onDequeue func(got bool)) {
 	cfg.onDequeueSkip, cfg.onDequeue = onSkip, onDequeue
 }
+
+// DequeueScriptSource is the worker's dequeue script.
+const DequeueScriptSource = vigilDequeueSource

@@ -39,7 +39,12 @@ type qenv struct {
 
 func newQEnv(tb testing.TB) *qenv {
 	tb.Helper()
-	env := testredis.New(tb)
+	return newQEnvFrom(tb, testredis.New(tb))
+}
+
+// newQEnvFrom is newQEnv on env.
+func newQEnvFrom(tb testing.TB, env *testredis.Env) *qenv {
+	tb.Helper()
 	e := &qenv{Env: env, tb: tb, store: health.NewStore(env.Client, env.Prefix, 100_000), q: "q" + randHex(4),
 		insp: asynq.NewInspectorFromRedisClient(env.Client), logs: &logSink{}}
 	e.log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

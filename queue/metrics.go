@@ -2,6 +2,7 @@ package queue
 
 import (
 	"expvar"
+	"sync"
 	"sync/atomic"
 )
 
@@ -30,6 +31,56 @@ type Metrics struct {
 	// DuplicateSkips counts enqueues refused as duplicates: a Unique lock
 	// held or a task id in use (worker.duplicate_skips_total).
 	DuplicateSkips atomic.Int64
+
+	// Redis faults (faults.go, link.go). RedisUnreachable counts the times
+	// the worker lost Redis (a command got no reply); RedisSlowReplies the
+	// replies slower than 500 ms; refusals by kind (OOM, READONLY, …) are
+	// in RefusedByKind.
+	RedisUnreachable atomic.Int64
+	RedisSlowReplies atomic.Int64
+	// DequeueNoAnswer counts dequeues that got no reply (they may have
+	// taken a task); StrandedRequeued the tasks such replies stranded under
+	// this process, requeued with no attempt counted.
+	DequeueNoAnswer  atomic.Int64
+	StrandedRequeued atomic.Int64
+	// Kept outcomes (kept.go): KeptOutcomes is how many wait now;
+	// KeptWritten were written later, KeptStale turned out written or taken
+	// by someone else, KeptDropped were dropped past the bound (those tasks
+	// run again).
+	KeptOutcomes atomic.Int64
+	KeptWritten  atomic.Int64
+	KeptStale    atomic.Int64
+	KeptDropped  atomic.Int64
+	// LeaseRecoverySkips counts tasks asynq's lease recovery would have
+	// retried while their owner was alive (leases.go).
+	LeaseRecoverySkips atomic.Int64
+	// RecordsDropped counts bookkeeping writes (events, running records)
+	// dropped while Redis was away, past the bound of those held.
+	RecordsDropped atomic.Int64
+
+	refusedMu sync.Mutex
+	refused   map[string]int64
+}
+
+// countRefused counts a refusal of kind (OOM, READONLY, …).
+func (m *Metrics) countRefused(kind string) {
+	m.refusedMu.Lock()
+	defer m.refusedMu.Unlock()
+	if m.refused == nil {
+		m.refused = map[string]int64{}
+	}
+	m.refused[kind]++
+}
+
+// RefusedByKind returns the refusals counted by kind.
+func (m *Metrics) RefusedByKind() map[string]int64 {
+	m.refusedMu.Lock()
+	defer m.refusedMu.Unlock()
+	out := make(map[string]int64, len(m.refused))
+	for k, n := range m.refused {
+		out[k] = n
+	}
+	return out
 }
 
 // DefaultMetrics are the counters of this process, used when a config names
@@ -52,6 +103,16 @@ func (m *Metrics) Snapshot() map[string]int64 {
 		"recovered_stale":     m.RecoveredStale.Load(),
 		"backpressure_pauses": m.BackpressurePauses.Load(),
 		"dequeue_skips":       m.DequeueSkips.Load(),
+		"redis_unreachable":   m.RedisUnreachable.Load(),
+		"redis_slow_replies":  m.RedisSlowReplies.Load(),
+		"dequeue_no_answer":   m.DequeueNoAnswer.Load(),
+		"stranded_requeued":   m.StrandedRequeued.Load(),
+		"kept_outcomes":       m.KeptOutcomes.Load(),
+		"kept_written":        m.KeptWritten.Load(),
+		"kept_stale":          m.KeptStale.Load(),
+		"kept_dropped":        m.KeptDropped.Load(),
+		"lease_recovery_skip": m.LeaseRecoverySkips.Load(),
+		"records_dropped":     m.RecordsDropped.Load(),
 	}
 }
 

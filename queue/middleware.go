@@ -36,6 +36,9 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 	defer w.metrics.InflightJobs.Add(-1)
 
 	id, _ := asynq.GetTaskID(ctx)
+	// asynq writes the outcome once this returns: until it has, the task
+	// is not stranded (see holdings).
+	defer func() { w.hook.held.returned(id, w.clock.Now()) }()
 	start := w.clock.Now()
 	j := &job{w: w, queue: w.q, id: id, typ: t.Type(), start: start, thr: newThrottle(start)}
 	j.retried, _ = asynq.GetRetryCount(ctx)
@@ -78,7 +81,9 @@ func (w *worker) event(j *job, state JobState) JobEvent {
 
 // toxic archives a task that crashed its worker too often, without
 // running it: asynq archives on the SkipRetry the error carries, with the
-// error's text as LastErr.
+// error's text as LastErr (which keeps the count). The crash counter is
+// deleted: an operator who runs the archived task again gets a run, not
+// the same verdict at once.
 func (w *worker) toxic(ctx context.Context, j *job) error {
 	terr := toxicError(j.crashes)
 	w.metrics.ToxicJobs.Add(1)
@@ -87,6 +92,7 @@ func (w *worker) toxic(ctx context.Context, j *job) error {
 	ev := w.event(j, StateToxic)
 	ev.Error, ev.Final = terr.Error(), true
 	w.write(ctx, j, "toxic", func(ctx context.Context, pipe redis.Pipeliner) {
+		pipe.Del(ctx, w.store.Keys().JobCrashes(w.q, j.id))
 		jobEvents(ctx, w.store, pipe, w.clock.Now(), ev)
 	})
 	return terr

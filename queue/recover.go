@@ -20,15 +20,26 @@ import (
 // hook). It is put back only if it is still active: its lease entry exists
 // and its hash says active. Then exactly what asynq's own shutdown requeue
 // does: LREM active, ZREM lease, RPUSH pending (the front of the queue),
-// HSET state pending + pending_since; and the owner field goes, and the
-// task's crash counter is incremented (TTL reset).
+// HSET state pending + pending_since; and the owner field goes. The task's
+// crash counter is incremented (TTL reset) only if the running hash lists
+// it: its handler had begun. A task the process dequeued but never handed
+// to a handler counts no crash (nothing of it ran).
 //
-// KEYS: active, lease, pending. ARGV: task key prefix, owner, pending_since
-// (Unix ns), job key prefix, crash counter suffix, counter TTL (ms), owner
-// field, then the task ids of the running hash. Returns {id, crashes, …}.
+// The owner is added to the queue's dead owners (trimmed to the last
+// deadOwnersKept): a dequeue it sent before it died that reaches Redis
+// only now takes nothing (dequeue.go).
+//
+// KEYS: active, lease, pending, dead owners. ARGV: task key prefix, owner,
+// pending_since (Unix ns), job key prefix, crash counter suffix, counter
+// TTL (ms), owner field, then the task ids of the running hash. Returns
+// {id, crashes, …}.
 var recoverScript = redis.NewScript(`
 local pfx, owner, field = ARGV[1], ARGV[2], ARGV[7]
-local cand, seen = {}, {}
+local now_ms = math.floor(tonumber(ARGV[3]) / 1000000)
+redis.call("ZADD", KEYS[4], now_ms, owner)
+redis.call("ZREMRANGEBYSCORE", KEYS[4], "-inf", now_ms - ` + deadOwnersKeptMS + `)
+local cand, seen, ran = {}, {}, {}
+for i = 8, #ARGV do ran[ARGV[i]] = true end
 for _, id in ipairs(redis.call("LRANGE", KEYS[1], 0, -1)) do
 	if redis.call("HGET", pfx .. id, field) == owner then
 		cand[#cand+1] = id
@@ -52,13 +63,22 @@ for _, id in ipairs(cand) do
 		redis.call("HSET", key, "state", "pending", "pending_since", ARGV[3])
 		redis.call("HDEL", key, field)
 		local ck = ARGV[4] .. id .. ARGV[5]
-		local n = redis.call("INCR", ck)
-		redis.call("PEXPIRE", ck, ARGV[6])
+		local n = 0
+		if ran[id] then
+			n = redis.call("INCR", ck)
+			redis.call("PEXPIRE", ck, ARGV[6])
+		else
+			n = tonumber(redis.call("GET", ck) or "0")
+		end
 		out[#out+1] = id
 		out[#out+1] = n
 	end
 end
 return out`)
+
+// deadOwnersKeptMS is how long a dead owner stays in the dead owners set
+// (an hour, in ms): far longer than a command can wait on its way.
+const deadOwnersKeptMS = "3600000"
 
 // delIfScript deletes hash fields that still hold the given values.
 // KEYS: the hash. ARGV: field, value, field, value …
@@ -102,10 +122,10 @@ func NewRecoverer(store *health.Store, cfg RecovererConfig) *Recoverer {
 }
 
 // Recover requeues every task that process pid of component id held when it
-// died, increments each one's crash counter and emits requeued:stale for
-// it, and clears the process's running entries. It returns how many tasks
-// went back. Three round trips; safe to call again (a second call finds
-// nothing to requeue).
+// died, increments the crash counter of each whose handler had begun,
+// emits requeued:stale for each, and clears the process's running entries.
+// It returns how many tasks went back. Three round trips; safe to call
+// again (a second call finds nothing to requeue).
 func (r *Recoverer) Recover(ctx context.Context, id health.ComponentID, pid int) (int, error) {
 	keys, rdb := r.store.Keys(), r.store.Client()
 	running, err := rdb.HGetAll(ctx, keys.Running(id)).Result()
@@ -122,7 +142,8 @@ func (r *Recoverer) Recover(ctx context.Context, id health.ComponentID, pid int)
 			argv = append(argv, t)
 		}
 	}
-	res, err := recoverScript.Run(ctx, rdb, []string{asynqActiveKey(q), asynqLeaseKey(q), asynqPendingKey(q)}, argv...).Slice()
+	res, err := recoverScript.Run(ctx, rdb, []string{asynqActiveKey(q), asynqLeaseKey(q), asynqPendingKey(q), keys.DeadOwners(q)},
+		argv...).Slice()
 	if err != nil {
 		return 0, fmt.Errorf("recover tasks of %s pid %d: requeue: %w", id, pid, err)
 	}

@@ -31,6 +31,18 @@ const (
 	// StatFailurePrefix + a code (RETRY, RETRIES_EXHAUSTED, …) counts
 	// handler errors by code.
 	StatFailurePrefix = "failures:"
+	// Redis faults (see Metrics): StatRefusedPrefix + a kind (OOM,
+	// READONLY, …) counts refusals; StatKept is a gauge, as StatInflight.
+	StatRedisUnreachable   = "redis_unreachable"
+	StatRedisSlowReplies   = "redis_slow_replies"
+	StatRefusedPrefix      = "redis_refused:"
+	StatStrandedRequeued   = "stranded_requeued"
+	StatKept               = "kept_outcomes"
+	StatKeptWritten        = "kept_written"
+	StatKeptStale          = "kept_stale"
+	StatKeptDropped        = "kept_dropped"
+	StatLeaseRecoverySkips = "lease_recovery_skips"
+	StatRecordsDropped     = "records_dropped"
 )
 
 // reportTimeout bounds one report.
@@ -68,9 +80,20 @@ func (r *reporter) counts() map[string]int64 {
 		StatAbortedShutdown:    m.AbortedOnShutdown.Load(),
 		StatBackpressurePauses: m.BackpressurePauses.Load(),
 		StatAcquireFailures:    m.AcquireFailures.Load(),
+		StatRedisUnreachable:   m.RedisUnreachable.Load(),
+		StatRedisSlowReplies:   m.RedisSlowReplies.Load(),
+		StatStrandedRequeued:   m.StrandedRequeued.Load(),
+		StatKeptWritten:        m.KeptWritten.Load(),
+		StatKeptStale:          m.KeptStale.Load(),
+		StatKeptDropped:        m.KeptDropped.Load(),
+		StatLeaseRecoverySkips: m.LeaseRecoverySkips.Load(),
+		StatRecordsDropped:     m.RecordsDropped.Load(),
 	}
 	for code, n := range m.FailuresByCode() {
 		out[StatFailurePrefix+code] = n
+	}
+	for kind, n := range m.RefusedByKind() {
+		out[StatRefusedPrefix+kind] = n
 	}
 	return out
 }
@@ -87,7 +110,7 @@ func (r *reporter) report(ctx context.Context) error {
 			pipe.HIncrBy(ctx, r.key, f, d)
 		}
 	}
-	pipe.HSet(ctx, r.key, StatInflight, r.metrics.InflightJobs.Load())
+	pipe.HSet(ctx, r.key, StatInflight, r.metrics.InflightJobs.Load(), StatKept, r.metrics.KeptOutcomes.Load())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("report worker stats: %w", err)
 	}
@@ -129,6 +152,17 @@ func (s WorkerStats) Failures() map[string]int64 {
 	for f, n := range s {
 		if code, ok := strings.CutPrefix(f, StatFailurePrefix); ok {
 			out[code] = n
+		}
+	}
+	return out
+}
+
+// Refused returns the refusals by kind (OOM, READONLY, …).
+func (s WorkerStats) Refused() map[string]int64 {
+	out := map[string]int64{}
+	for f, n := range s {
+		if kind, ok := strings.CutPrefix(f, StatRefusedPrefix); ok {
+			out[kind] = n
 		}
 	}
 	return out

@@ -30,6 +30,11 @@ func TestWorkerReportsItsCounters(t *testing.T) {
 	ok, bad := e.enqueue(c, "ok", ""), e.enqueue(c, "bad", "", asynq.MaxRetry(0))
 	w.untilJob(ok, queue.StateDone)
 	w.untilJob(bad, queue.StateError)
+	// At least one heartbeat written (one may fail on a loaded machine).
+	w.until("a heartbeat", waitTimeout, func([]streamEvent) bool {
+		c, err := e.store.Get(context.Background(), id)
+		return err == nil && !c.LastHeartbeat.IsZero()
+	})
 	if err := stop(); err != nil { // the last report is written on the way out
 		t.Fatal(err)
 	}

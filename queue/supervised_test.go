@@ -2,7 +2,9 @@ package queue_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -41,6 +43,10 @@ func (e *qenv) supervise(p pool) *supervised {
 	if !p.noRecoverer {
 		rec = &ledgerRecoverer{s: s, inner: queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log, Metrics: new(queue.Metrics)})}
 	}
+	var crashRetries *int // nil: the default
+	if p.crashRetries > 0 {
+		crashRetries = &p.crashRetries
+	}
 	sup, err := supervisor.New(supervisor.Config{
 		Host: "h1", RedisURL: e.URL, Prefix: e.Prefix,
 		Pools: []supervisor.Pool{{Queue: e.q, Workers: p.workers, Command: []string{testJobWorker},
@@ -49,7 +55,7 @@ func (e *qenv) supervise(p pool) *supervised {
 		Heartbeat: supervisor.Heartbeat{Interval: 200 * time.Millisecond, TTL: 5 * time.Second, StartTimeout: 30 * time.Second},
 		// Limits high enough that kills never turn a worker failed.
 		Policy: policy.Config{BackoffBase: p.backoff, BackoffMax: p.backoff, MaxInWindow: 100_000, MaxLifetime: 100_000,
-			JobCrashRetries: p.crashRetries},
+			JobCrashRetries: crashRetries},
 		StopTimeout: 3 * time.Second,
 		Recoverer:   rec,
 		Logger:      e.log,
@@ -142,4 +148,40 @@ func kill(tb testing.TB, pid int) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		tb.Fatalf("kill %d: %v", pid, err)
 	}
+}
+
+// explainMissing describes, for the tasks of ids never completed, where
+// they are: asynq's view, the owner field, the running entries, the
+// ledger's runs and the task's events (for a failure's report).
+func (s *supervised) explainMissing(ids []string) string {
+	s.e.tb.Helper()
+	ctx := context.Background()
+	comp, runs := s.counts("completions"), s.counts("runs")
+	var b strings.Builder
+	for _, id := range ids {
+		if comp[id] > 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "task %s: ", id)
+		if info, err := s.e.insp.GetTaskInfo(s.e.q, id); err != nil {
+			fmt.Fprintf(&b, "asynq: %v; ", err)
+		} else {
+			fmt.Fprintf(&b, "asynq state %v retried %d last error %q next %s; ", info.State, info.Retried, info.LastErr,
+				info.NextProcessAt.Format(time.RFC3339Nano))
+		}
+		owner := s.e.Client.HGet(ctx, "asynq:{"+s.e.q+"}:t:"+id, "vigil_owner").Val()
+		lease := s.e.Client.ZScore(ctx, "asynq:{"+s.e.q+"}:lease", id).Val()
+		fmt.Fprintf(&b, "owner %q lease %.0f (now %d); ledger runs %d; running entries:", owner, lease, time.Now().Unix(), runs[id])
+		for _, c := range s.ids {
+			if v := s.e.Client.HGet(ctx, s.e.store.Keys().Running(c), id).Val(); v != "" {
+				fmt.Fprintf(&b, " %s=%s", c, v)
+			}
+		}
+		fmt.Fprintf(&b, "; events:")
+		for _, se := range s.e.events(queue.JobTopic(s.e.q, id)) {
+			fmt.Fprintf(&b, " %s(pid %d)", se.job.State, se.job.PID)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

@@ -51,6 +51,10 @@ type WorkerConfig struct {
 	Load              func() (float64, error)
 	BackpressureCheck time.Duration // 0 = BackpressureCheckDefault
 
+	// MaxKept bounds the task outcomes kept in memory while Redis does not
+	// take them (0 = MaxKeptDefault).
+	MaxKept int
+
 	onDequeueSkip func()         // tests: called when backpressure refuses a dequeue
 	onDequeue     func(got bool) // tests: called after each dequeue, with whether it got a task
 }
@@ -73,7 +77,10 @@ type worker struct {
 	metrics     *Metrics
 	store       *health.Store
 	rdb         redis.UniversalClient
-	hook        *dequeueHook
+	hook        *redisHook
+	link        *link
+	kept        *keptOutcomes
+	throttle    *throttledLog
 	handlers    map[string]asynq.Handler
 	scratchRoot string
 	batch       *batcher
@@ -159,15 +166,26 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 		return err
 	}
 	defer rdb.Close()
-	w.hook = newDequeueHook(health.NewKeys(w.env.Prefix), w.id, w.pid, w.log, w.metrics)
-	w.hook.onSkip, w.hook.onTry = cfg.onDequeueSkip, cfg.onDequeue
-	rdb.AddHook(w.hook)
-	if err := redisconn.Ping(ctx, rdb, 5*time.Second); err != nil {
-		return err
-	}
 	w.rdb, w.store = rdb, health.NewStore(rdb, w.env.Prefix, 0)
-	if err := avgScript.Load(ctx, rdb).Err(); err != nil {
-		return fmt.Errorf("load scripts: %w", err)
+	w.link, w.throttle = newLink(w.clock), &throttledLog{}
+	w.kept = newKeptOutcomes(ownerOf(w.id, w.pid), cfg.MaxKept, w.metrics, w.log, w.clock)
+	w.hook = newRedisHook(w.store.Keys(), w.id, w.pid, w.log, w.metrics, w.clock, w.link, w.kept, w.throttle)
+	w.hook.onSkip, w.hook.onTry = cfg.onDequeueSkip, cfg.onDequeue
+	w.hook.records = w.store.GetMany
+	w.link.onTrans = w.logLink
+	rdb.AddHook(w.hook)
+	// A worker waits for Redis rather than exiting (an exit would count as
+	// a crash of a healthy process): it starts with the link down, takes
+	// no task, and carries on once Redis answers. A Redis that answers
+	// with an error about this client (a wrong password, an ACL) is a
+	// configuration error: that one exits.
+	if err := redisconn.Ping(ctx, rdb, 5*time.Second); err != nil {
+		if faultOf(err) == faultNone {
+			return err
+		}
+		w.link.fire(evNoAnswer, err)
+	} else if err := avgScript.Load(ctx, rdb).Err(); err != nil {
+		w.log.Warn("load the rolling average script (loaded again on first use)", "err", err)
 	}
 
 	hb := &health.Heartbeater{Store: w.store, ID: w.id, PID: w.pid, Host: w.env.Host,
@@ -204,6 +222,17 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 
 	w.batch = newBatcher(w)
 	defer w.batch.close() // after every middleware run has queued its outcome
+	linkCtx, stopLink := context.WithCancel(context.Background())
+	linkDone := make(chan struct{})
+	go func() {
+		defer close(linkDone)
+		w.watchLink(linkCtx)
+	}()
+	defer func() {
+		stopLink()
+		<-linkDone
+		w.lastFlush()
+	}()
 	avgCtx, stopAvg := context.WithCancel(context.Background())
 	avgDone := make(chan struct{})
 	go func() {
@@ -232,6 +261,23 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	w.inflight.Wait() // every middleware run has written its outcome
 	w.log.Info("worker stopped")
 	return runErr
+}
+
+// lastFlush writes what the worker still keeps as it stops: outcomes Redis
+// did not take. One that cannot be written now is lost with the process:
+// its task, still active under this process, is requeued by the
+// supervisor once it reaps it, and runs again.
+func (w *worker) lastFlush() {
+	if w.kept.len() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	res, err := w.kept.flush(ctx, w.rdb)
+	if err != nil {
+		w.log.Error("stopping with task outcomes redis did not take: those tasks will run again", "err", err,
+			"written", res.written, "left", res.left)
+	}
 }
 
 // opCtx is the context of a bookkeeping write: it survives the task's

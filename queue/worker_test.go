@@ -209,6 +209,19 @@ func TestToxicTaskIsArchivedWithoutRunning(t *testing.T) {
 	if n := cfg.Metrics.ToxicJobs.Load(); n != 1 {
 		t.Fatalf("toxic metric %d", n)
 	}
+	// The operator runs the archived task again (issue 12, defect 6): it
+	// runs, rather than being archived again at once by the counter that
+	// made it toxic (the count stays in the archived task's error).
+	if err := e.insp.RunTask(e.q, "three"); err != nil {
+		t.Fatalf("run the archived task: %v", err)
+	}
+	w.untilJob("three", done)
+	if got := <-ran; got != "three" {
+		t.Fatalf("handler ran %q", got)
+	}
+	if n := cfg.Metrics.ToxicJobs.Load(); n != 1 {
+		t.Fatalf("archived again as toxic: toxic metric %d", n)
+	}
 }
 
 func TestShutdownAbortsAndRequeuesWhatOutlastsIt(t *testing.T) {

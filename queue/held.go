@@ -1,0 +1,90 @@
+package queue
+
+import (
+	"sync"
+	"time"
+)
+
+// holding is where a task this process dequeued stands, on this process's
+// side. Transitions (anything else is ignored):
+//
+//	(none)   --dequeued-->          running
+//	running  --middleware returned--> returned
+//	running, returned --outcome answered or kept--> (none)
+//
+// A task active in Redis under this process's owner field that is neither
+// held nor kept (kept.go) runs nowhere: it is stranded (a dequeue whose
+// reply was lost) and settle requeues it (stranded.go).
+type holding uint8
+
+const (
+	holdNone     holding = iota
+	holdRunning          // dequeued: asynq runs it, or is about to hand it to the middleware
+	holdReturned         // the middleware returned: asynq is writing its outcome
+)
+
+// returnedGrace is how long a returned task is still taken as held. asynq
+// writes the outcome right after the middleware returns, unless the task's
+// lease ran out (asynq then writes nothing and leaves it to lease
+// recovery); after this long the task counts as stranded.
+const returnedGrace = 30 * time.Second
+
+// holdings are the tasks this process holds. Safe for concurrent use.
+type holdings struct {
+	mu sync.Mutex
+	m  map[string]held
+}
+
+type held struct {
+	state holding
+	at    time.Time // when it entered state
+}
+
+func (h *holdings) dequeued(id string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[string]held{}
+	}
+	h.m[id] = held{holdRunning, now}
+}
+
+// returned marks the middleware's return for a task it holds.
+func (h *holdings) returned(id string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e, ok := h.m[id]; ok && e.state == holdRunning {
+		h.m[id] = held{holdReturned, now}
+	}
+}
+
+// resolve forgets a task: its outcome was answered, or kept.
+func (h *holdings) resolve(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, id)
+}
+
+// holds reports whether the task is held at now.
+func (h *holdings) holds(id string, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.m[id]
+	return ok && (e.state == holdRunning || now.Sub(e.at) < returnedGrace)
+}
+
+// snapshot lists the tasks held at now, forgetting returned ones past their
+// grace.
+func (h *holdings) snapshot(now time.Time) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.m))
+	for id, e := range h.m {
+		if e.state == holdReturned && now.Sub(e.at) >= returnedGrace {
+			delete(h.m, id)
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
+}

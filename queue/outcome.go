@@ -1,0 +1,50 @@
+package queue
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// outcome sends one of asynq's outcome writes (done, complete, retry,
+// archive, requeue) once. If Redis acknowledges it, or answers that the
+// task is not where asynq thought (its own error, passed on), the task is
+// no longer held. If no reply came, or Redis refused the write, the call
+// is kept (kept.go) and asynq is told it succeeded: asynq's own retry of it
+// could never succeed (it reuses a cancelled context), and the task, still
+// active under this process, would run again after asynq's lease
+// recovery. A kept outcome is written under the owner guard once Redis
+// takes writes again.
+func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return next(ctx, cmd)
+	}
+	args := cmd.Args()
+	script := outcomeScripts[scriptSHA(cmd.Name(), args)]
+	n := args[2].(int) // recognize checked it
+	id, _ := args[3+n].(string)
+	start := h.clock.Now()
+	err := next(ctx, noRetry{c})
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return err // go-redis's Script.Run sends it again with EVAL, which comes back here
+	}
+	h.observe(script.name, start, err)
+	switch faultOf(err) {
+	case faultNone:
+		h.held.resolve(id)
+		return err
+	}
+	keys := make([]string, n)
+	for i, k := range args[3 : 3+n] {
+		keys[i], _ = k.(string)
+	}
+	h.kept.keep(keptOutcome{id: id, script: script, keys: keys, args: append([]any(nil), args[3+n:]...), since: h.clock.Now()})
+	h.held.resolve(id)
+	h.link.poke()
+	h.log.Warn("task outcome kept: redis did not take it; written once it does, if the task is still this worker's",
+		"task", id, "outcome", script.name, "err", err)
+	c.SetErr(nil)
+	c.SetVal("OK")
+	return nil
+}
