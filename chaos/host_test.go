@@ -84,7 +84,8 @@ func (s hostSpec) config() []byte {
 	}
 	sse := map[string]any{}
 	if s.SSEMaxClients > 0 {
-		sse["max_clients"] = s.SSEMaxClients
+		// All the tests' clients come from 127.0.0.1.
+		sse["max_clients"], sse["max_clients_per_address"] = s.SSEMaxClients, s.SSEMaxClients
 	}
 	if s.SSEMaxLag > 0 {
 		sse["max_lag"] = s.SSEMaxLag

@@ -334,8 +334,9 @@ func verdict(r rawReq, res rawResult) string {
 		return "" // net/http, for a version it does not speak (RFC 9110 §15.6.6)
 	case res.status >= 500:
 		return fmt.Sprintf("%d %.300s", res.status, res.body)
-	case r.label == "auth" && res.status != http.StatusUnauthorized:
-		return fmt.Sprintf("%d, want 401: %.300s (headers %.300q)", res.status, res.body, r.headers)
+	case r.label == "auth" && res.status != http.StatusUnauthorized && res.status != http.StatusTooManyRequests:
+		// 429: past FailedLoginBurst wrong tokens, the client is throttled.
+		return fmt.Sprintf("%d, want 401 (or 429 once throttled): %.300s (headers %.300q)", res.status, res.body, r.headers)
 	case res.status < 400 && slices.Contains([]string{"POST", "PUT", "DELETE", "PATCH"}, r.method):
 		return fmt.Sprintf("accepted a malformed mutation: %d %.300s", res.status, res.body)
 	case res.status >= 400 && r.raw == nil && r.method != "HEAD" && !strings.HasPrefix(r.target, "/docs/") &&

@@ -161,5 +161,8 @@ func namespace(queues, hosts []string) *regexp.Regexp {
 		`|asynq:\{(` + q + `)\}:[A-Za-z0-9:._-]*` +
 		`|asynq:(queues|servers|workers)` +
 		`|asynq:(servers|workers):\{[^{}]+\}` +
+		// Periodic schedules are published where asynq's tools look.
+		`|asynq:schedulers(:\{[^{}]+\})?` +
+		`|asynq:scheduler_history:[A-Za-z0-9:._-]+` +
 		`)$`)
 }

@@ -158,6 +158,35 @@ func (r *rig) waitAsynqSettled(q string, want int, timeout time.Duration) *asynq
 	return info
 }
 
+// archivedCount is what asynq archived, and how many of those no handler
+// ever ran (by the ledger's runs).
+type archivedCount struct{ all, unrun int }
+
+// archivedUnrun counts the archived tasks of queues.
+func (r *rig) archivedUnrun(runs map[string]int, queues ...string) archivedCount {
+	r.t.Helper()
+	var n archivedCount
+	for _, q := range queues {
+		for page := 1; ; page++ {
+			tasks, err := r.insp.ListArchivedTasks(q, asynq.PageSize(500), asynq.Page(page))
+			if err != nil {
+				r.t.Fatalf("list archived tasks: %v", err)
+			}
+			if len(tasks) == 0 {
+				break
+			}
+			for _, ti := range tasks {
+				n.all++
+				if runs[ti.ID] == 0 {
+					n.unrun++
+					r.t.Errorf("task %s of %s archived without a run: %s", ti.ID, q, ti.LastErr)
+				}
+			}
+		}
+	}
+	return n
+}
+
 // retried counts the completed tasks of q that asynq retried: a task
 // whose worker died and that was left to asynq's lease recovery (rather
 // than requeued at once) shows as a failed attempt.

@@ -1,28 +1,21 @@
-// Command chaosworker is the pool command of the chaos tests: an ordinary
-// queue.RunWorker whose handlers write every run to a ledger kept in a
-// Redis of its own (CHAOS_LEDGER_URL), apart from the Redis under test, so
-// that the ledger survives what the tests do to that one (restarts, lost
-// data).
+// Command chaosworker is the pool command of the chaos tests and the fault
+// explorer: an ordinary queue.RunWorker whose handlers write every run to
+// a ledger kept in a Redis of its own (internal/testledger: CHAOS_LEDGER_URL,
+// CHAOS_LEDGER), apart from the Redis under test, so that the ledger
+// survives what the tests do to that one (restarts, lost data).
 //
 // Handlers (payload in brackets):
 //
 //	sleep [ms]   sleeps, then succeeds; returns early when its context ends
 //	crash        exits with code 3 (a task that kills its worker every time)
+//	fail         returns an error (asynq retries it, then archives it)
+//	hang         never returns, whatever its context says (a hung handler:
+//	             asynq gives up on it at the task timeout)
 //
-// Ledger keys, under the prefix CHAOS_LEDGER:
-//
-//	runs         hash task → handler starts
-//	completions  hash task → handler successes
-//	completers   hash task → comma-separated pids that completed it
-//	first_done   hash task → when it first completed (Unix ms)
-//	owners       hash task → pid whose handler is inside it now
-//	violations   list: a handler that started while another live
-//	             process's handler was still inside the same task
-//
-// An owner entry goes when its handler returns, whatever the outcome; a
-// killed process leaves it behind, and a later start finds it but also
-// finds that process gone (by /proc, zombies counting as gone), which is
-// no violation.
+// Signals: SIGTERM and SIGINT stop it gracefully; SIGUSR1 makes it exit 0
+// at once and SIGUSR2 exit with code 7 (a worker that quits on its own,
+// tasks in hand). Every exit on its own terms is written to the ledger's
+// exits hash; a process missing there was killed.
 //
 // With CHAOS_CRASHLOOP_FILE naming a file that exists, the process exits
 // with code 1 at once: a pool command in a crash loop until the test
@@ -30,7 +23,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -42,100 +34,19 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testledger"
 	"github.com/vigil-dev/vigil/queue"
 )
 
-// Environment of the chaos worker.
+const envCrashLoop = "CHAOS_CRASHLOOP_FILE"
+
+// Exit codes of the planned exits.
 const (
-	envLedgerURL = "CHAOS_LEDGER_URL"
-	envLedger    = "CHAOS_LEDGER"
-	envCrashLoop = "CHAOS_CRASHLOOP_FILE"
+	codeCrashTask = 3
+	codeUSR2      = 7
 )
-
-// startScript records a start and returns the owner it replaced ("" for
-// none). KEYS: owners, runs. ARGV: task, pid.
-var startScript = redis.NewScript(`
-local cur = redis.call("HGET", KEYS[1], ARGV[1])
-redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
-redis.call("HINCRBY", KEYS[2], ARGV[1], 1)
-if cur and cur ~= ARGV[2] then return cur end
-return ""`)
-
-// endScript drops this pid's owner entry and, for a success, counts the
-// completion, who made it and when. KEYS: owners, completions,
-// completers, first_done. ARGV: task, pid, "1" for a success, now (Unix ms).
-var endScript = redis.NewScript(`
-if redis.call("HGET", KEYS[1], ARGV[1]) == ARGV[2] then redis.call("HDEL", KEYS[1], ARGV[1]) end
-if ARGV[3] == "1" then
-	redis.call("HINCRBY", KEYS[2], ARGV[1], 1)
-	redis.call("HSETNX", KEYS[4], ARGV[1], ARGV[4])
-	local by = redis.call("HGET", KEYS[3], ARGV[1])
-	if by then by = by .. "," .. ARGV[2] else by = ARGV[2] end
-	redis.call("HSET", KEYS[3], ARGV[1], by)
-end
-return 1`)
-
-type ledger struct {
-	rdb    *redis.Client
-	prefix string
-	pid    string
-}
-
-func (l *ledger) key(name string) string { return l.prefix + name }
-
-// start records that this process's handler entered task id, and a
-// violation if another live process's handler is still inside it.
-func (l *ledger) start(ctx context.Context, id string) error {
-	ctx = context.WithoutCancel(ctx)
-	prev, err := startScript.Run(ctx, l.rdb, []string{l.key("owners"), l.key("runs")}, id, l.pid).Text()
-	if err != nil {
-		return fmt.Errorf("ledger start %s: %w", id, err)
-	}
-	if prev == "" {
-		return nil
-	}
-	if pid, _ := strconv.Atoi(prev); livePeer(pid, l.prefix) {
-		msg := fmt.Sprintf("%s started in %s while %s runs it", id, l.pid, prev)
-		return l.rdb.RPush(ctx, l.key("violations"), msg).Err()
-	}
-	return nil
-}
-
-// end records that the handler left task id, completing it if ok.
-func (l *ledger) end(ctx context.Context, id string, ok bool) error {
-	flag := "0"
-	if ok {
-		flag = "1"
-	}
-	keys := []string{l.key("owners"), l.key("completions"), l.key("completers"), l.key("first_done")}
-	if err := endScript.Run(context.WithoutCancel(ctx), l.rdb, keys, id, l.pid, flag, time.Now().UnixMilli()).Err(); err != nil {
-		return fmt.Errorf("ledger end %s: %w", id, err)
-	}
-	return nil
-}
-
-// livePeer reports whether pid is a running (not zombie) chaos worker of
-// the same ledger: a recycled pid is not taken for one.
-func livePeer(pid int, prefix string) bool {
-	if pid <= 0 {
-		return false
-	}
-	dir := "/proc/" + strconv.Itoa(pid)
-	stat, err := os.ReadFile(dir + "/stat")
-	if err != nil {
-		return false
-	}
-	if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-		return false
-	}
-	env, err := os.ReadFile(dir + "/environ")
-	if err != nil {
-		return false
-	}
-	return bytes.Contains(append(env, 0), []byte(envLedger+"="+prefix+"\x00"))
-}
 
 func main() {
 	if f := os.Getenv(envCrashLoop); f != "" {
@@ -144,13 +55,35 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if err := run(); err != nil {
+	l, rdb, err := testledger.OpenFromEnv()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		os.Exit(1)
 	}
+	_ = l.Hello(context.Background(), os.Getenv(health.EnvComponent), os.Getenv(health.EnvHost))
+	code := 0
+	if err := run(l); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker:", err)
+		code = 1
+	}
+	_ = l.Exit(context.Background(), "clean:"+strconv.Itoa(code))
+	_ = rdb.Close()
+	os.Exit(code)
 }
 
-func run() error {
+// exitOn makes the process exit at once with code on sig, after telling
+// the ledger.
+func exitOn(l *testledger.Writer, sig os.Signal, code int) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sig)
+	go func() {
+		<-ch
+		_ = l.Exit(context.Background(), "exit:"+strconv.Itoa(code))
+		os.Exit(code)
+	}()
+}
+
+func run(l *testledger.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg, err := queue.WorkerConfigFromEnv()
 	if err != nil {
@@ -160,30 +93,21 @@ func run() error {
 	cfg.TaskCheckInterval = 20 * time.Millisecond
 	cfg.DelayedTaskCheckInterval = 200 * time.Millisecond
 	cfg.RetryDelay = func(int, error, *asynq.Task) time.Duration { return 50 * time.Millisecond }
-
-	opt, err := redis.ParseURL(os.Getenv(envLedgerURL))
-	if err != nil {
-		return fmt.Errorf("%s: %w", envLedgerURL, err)
-	}
-	if os.Getenv(envLedger) == "" {
-		return errors.New(envLedger + " is not set")
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	l := &ledger{rdb: rdb, prefix: os.Getenv(envLedger), pid: strconv.Itoa(os.Getpid())}
+	exitOn(l, syscall.SIGUSR1, 0)
+	exitOn(l, syscall.SIGUSR2, codeUSR2)
 
 	handlers := map[string]asynq.Handler{
 		"sleep": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			id, _ := asynq.GetTaskID(ctx)
-			if err := l.start(ctx, id); err != nil {
+			if err := l.Start(ctx, id); err != nil {
 				return err
 			}
 			ms, _ := strconv.Atoi(string(t.Payload()))
 			select {
 			case <-time.After(time.Duration(ms) * time.Millisecond):
-				return l.end(ctx, id, true)
+				return l.End(ctx, id, testledger.OutcomeOK)
 			case <-ctx.Done():
-				if err := l.end(ctx, id, false); err != nil {
+				if err := l.End(ctx, id, ctxOutcome(ctx)); err != nil {
 					return err
 				}
 				return ctx.Err()
@@ -191,14 +115,38 @@ func run() error {
 		}),
 		"crash": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			id, _ := asynq.GetTaskID(ctx)
-			if err := l.start(ctx, id); err != nil {
+			if err := l.Start(ctx, id); err != nil {
 				return err
 			}
-			os.Exit(3)
+			os.Exit(codeCrashTask)
 			return nil
+		}),
+		"fail": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			if err := l.Start(ctx, id); err != nil {
+				return err
+			}
+			if err := l.End(ctx, id, testledger.OutcomeError); err != nil {
+				return err
+			}
+			return errors.New("chaosworker: planned failure")
+		}),
+		"hang": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			if err := l.Start(ctx, id); err != nil {
+				return err
+			}
+			select {} // until the process ends
 		}),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return queue.RunWorker(ctx, cfg, handlers)
+}
+
+func ctxOutcome(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return testledger.OutcomeDeadline
+	}
+	return testledger.OutcomeCanceled
 }

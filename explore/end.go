@@ -1,0 +1,227 @@
+package explore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vigil-dev/vigil/explore/internal/hostproto"
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+// heal ends every fault: timed faults end at once, down hosts start
+// again, drains and pauses are lifted, pool sizes go back to the
+// configured ones.
+func (w *world) heal() {
+	close(w.healing)
+	w.ends.Wait()
+	var wg sync.WaitGroup
+	for _, h := range w.hosts {
+		started := h.idx < w.p.Hosts
+		for _, s := range w.plan.Steps {
+			started = started || (s.Kind == HostNew && s.Host == h.idx)
+		}
+		if started && h.current() == nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.restartHost(h, "heal")
+			}()
+		}
+	}
+	up := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(up)
+	}()
+	select {
+	case <-up:
+	case <-time.After(30 * time.Second):
+		w.violate(0, "a host could not start again within 30 s after the faults ended (see its log)")
+		w.stopBackground() // the restarts give up
+		<-up
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, h := range w.hosts {
+		_ = supervisor.SetDrain(ctx, w.store, h.id, false)
+	}
+	_, _ = w.ctl.ResumeAll(ctx, w.queues())
+	for _, q := range w.queues() {
+		_, _ = w.ctl.ResumeQueue(ctx, q)
+	}
+	w.resetSizes()
+	for _, p := range w.p.Pools {
+		_ = supervisor.SetPoolSize(ctx, w.store, p.Queue, p.Workers)
+	}
+	w.b.logf("faults over: every host up, no drain, no pause, pools at their configured sizes")
+}
+
+// settle waits one lease and one TTL, then until every slot is healthy or
+// failed or held for a reason the schedule explains (invariant 4), and
+// checks the restart counters against the crashes injected (invariant 5).
+func (w *world) settle(v ledgerView) {
+	time.Sleep(Lease + HBTTL) // the settling time of invariant 4
+	crashJobs := map[string]bool{}
+	w.jobs.mu.Lock()
+	for id, j := range w.jobs.byID {
+		if j.typ == "crash" {
+			crashJobs[id] = true
+		}
+	}
+	w.jobs.mu.Unlock()
+	deadline := time.Now().Add(10*time.Second + BackoffMax)
+	var cs []health.Component
+	var why []string
+	for {
+		// Crash jobs keep running while we wait: read the ledger again.
+		if lv, err := w.readLedger(); err == nil {
+			v = lv
+		}
+		injected := crashRuns(v, crashJobs)
+		var err error
+		cs, err = w.records(w.slots())
+		why = why[:0]
+		if err != nil {
+			why = append(why, err.Error())
+		}
+		for _, c := range cs {
+			comp := c.ID.String()
+			n := w.b.crashCount(comp) + injected[comp]
+			switch {
+			case c.Status == health.StatusHealthy:
+			case c.Status == health.StatusFailed && n >= w.p.MaxInWindow:
+			case c.Status == health.StatusStopped && c.Held && w.b.mayBeHeld(comp):
+			default:
+				why = append(why, fmt.Sprintf("%s %s held=%v reason %q on %s (crashes injected: %d)", comp, c.Status, c.Held, c.Reason, c.Host, n))
+			}
+		}
+		if len(why) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling Redis: the supervisors act on their own
+	}
+	if len(why) > 0 {
+		w.violate(4, "not settled %s after the faults ended: %s", time.Since(w.b.quietSince()).Round(100*time.Millisecond), strings.Join(why, "; "))
+	}
+	injected := crashRuns(v, crashJobs)
+	all, err := w.records(w.allSlots())
+	if err != nil {
+		w.violate(0, "read records: %v", err)
+		return
+	}
+	for _, c := range all {
+		comp := c.ID.String()
+		n := w.b.crashCount(comp) + injected[comp]
+		if got := c.Restarts.LifetimeRestarts; got > n {
+			w.violate(5, "%s counts %d restarts (%d in the window, status %s %q) but only %d crashes were injected into its processes",
+				comp, got, c.Restarts.RestartCount, c.Status, c.Restarts.FailureReason, n)
+		}
+		if c.Status == health.StatusFailed && n < w.p.MaxInWindow {
+			w.violate(5, "%s is failed (%q) with %d crashes injected, fewer than max_in_window %d", comp, c.Restarts.FailureReason, n, w.p.MaxInWindow)
+		}
+	}
+}
+
+// revive restarts the failed and held slots so that their queues' jobs can
+// finish, through any host's API.
+func (w *world) revive() {
+	cs, err := w.records(w.slots())
+	if err != nil {
+		return
+	}
+	for _, c := range cs {
+		var req hostproto.Request
+		switch {
+		case c.Status == health.StatusFailed:
+			req = hostproto.Request{Op: hostproto.OpReset, Component: c.ID.String(), Restart: true, Timeout: 10 * time.Second}
+		case c.Status == health.StatusStopped && c.Held:
+			req = hostproto.Request{Op: hostproto.OpRestart, Component: c.ID.String(), Timeout: 10 * time.Second}
+		default:
+			continue
+		}
+		if _, p := w.actingHost(0); p != nil {
+			m, err := p.request(req, 15*time.Second)
+			w.b.logf("revive %s (%s, held %v, on %s): answered %q err %q (%v)", c.ID, c.Status, c.Held, c.Host, m.Status, m.Err, err)
+		}
+	}
+}
+
+// waitJobs waits until every job is done (see jobsDone), reviving the
+// slots that fail or are held meanwhile: a second toxic job may fail a
+// worker again (job_crash_retries + 1 crashes reach max_in_window).
+func (w *world) waitJobs(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for last := time.Now(); ; {
+		done, _ := w.jobsDone()
+		if done {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		if time.Since(last) > time.Second {
+			w.revive()
+			last = time.Now()
+		}
+		time.Sleep(100 * time.Millisecond) // polling Redis: the workers run the jobs
+	}
+}
+
+// stopAll stops every host gracefully, in parallel, checking each Stop
+// (invariants 6 and 8).
+func (w *world) stopAll() {
+	var wg sync.WaitGroup
+	for _, h := range w.hosts {
+		if p := h.take(); p != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.shutdownHost(h, p, "final stop")
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// waitActions waits a while for the operator actions still in flight; the
+// final stop makes the others answer.
+func (w *world) waitActions(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		w.actions.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		w.b.logf("operator actions still in flight %s after the jobs settled", d)
+	}
+}
+
+// checkRaces reports the race detector's findings in the hosts' logs.
+func (w *world) checkRaces() {
+	for _, h := range w.hosts {
+		data, err := os.ReadFile(h.logf.Name())
+		if err != nil {
+			continue
+		}
+		i := bytes.Index(data, []byte("WARNING: DATA RACE"))
+		if i < 0 {
+			continue
+		}
+		report := data[i:]
+		if j := bytes.Index(report, []byte("==================")); j > 0 {
+			report = report[:j]
+		}
+		if len(report) > 4000 {
+			report = report[:4000]
+		}
+		w.violate(9, "host %s: %s", h.id, report)
+	}
+}

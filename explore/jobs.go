@@ -1,0 +1,452 @@
+package explore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/vigil-dev/vigil/internal/testledger"
+)
+
+// Job is one job the seed enqueues.
+type Job struct {
+	At    time.Duration
+	Queue string
+	Type  string // sleep, crash, hang, fail
+	Ms    int    // sleep's length
+}
+
+// jobRec is what the explorer knows of an enqueued job.
+type jobRec struct {
+	id, queue, typ string
+	maxRetry       int
+	at             time.Time
+	deleted        bool
+	retriedAtRuns  int // runs the ledger showed when an operator retried it (-1: never)
+}
+
+// jobBook is every job enqueued, and the data losses that may have taken
+// some of them.
+type jobBook struct {
+	mu     sync.Mutex
+	byID   map[string]*jobRec
+	order  []string
+	losses []time.Time
+	n      int
+	failed int // enqueues Redis refused
+}
+
+func newJobBook() *jobBook { return &jobBook{byID: map[string]*jobRec{}} }
+
+func (j *jobBook) lost(at time.Time) {
+	j.mu.Lock()
+	j.losses = append(j.losses, at)
+	j.mu.Unlock()
+}
+
+// lostSince reports whether Redis lost its data after t.
+func (j *jobBook) lostSince(t time.Time) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, l := range j.losses {
+		if !l.Before(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// drawJobs draws the seed's stream of ordinary jobs: a sleep job every
+// 60–140 ms through the fault phase.
+func drawJobs(p Params, next func(int) int) []Job {
+	var out []Job
+	for at := 50 * time.Millisecond; at < p.Faults; at += time.Duration(60+next(81)) * time.Millisecond {
+		q := p.Pools[next(len(p.Pools))].Queue
+		out = append(out, Job{At: at, Queue: q, Type: "sleep", Ms: 20 + next(281)})
+	}
+	return out
+}
+
+// enqueue puts one job on its queue through asynq (queue.Client), with an
+// id of the seed's own.
+func (w *world) enqueue(j Job) {
+	w.jobs.mu.Lock()
+	w.jobs.n++
+	id := "j" + strconv.Itoa(w.jobs.n)
+	w.jobs.mu.Unlock()
+	maxRetry := 0
+	payload := []byte(nil)
+	switch j.Type {
+	case "sleep":
+		for _, p := range w.p.Pools {
+			if p.Queue == j.Queue {
+				maxRetry = p.MaxRetry
+			}
+		}
+		payload = []byte(strconv.Itoa(j.Ms))
+	case "crash":
+		maxRetry = 25 // the crash counter archives it, not asynq's retries
+	case "fail":
+		maxRetry = 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	at := time.Now()
+	_, err := w.qc.Enqueue(ctx, j.Queue, asynq.NewTask(j.Type, payload), asynq.TaskID(id),
+		asynq.MaxRetry(maxRetry), asynq.Retention(time.Hour))
+	if err != nil {
+		w.jobs.mu.Lock()
+		w.jobs.failed++
+		w.jobs.mu.Unlock()
+		return
+	}
+	w.jobs.mu.Lock()
+	w.jobs.byID[id] = &jobRec{id: id, queue: j.Queue, typ: j.Type, maxRetry: maxRetry, at: at, retriedAtRuns: -1}
+	w.jobs.order = append(w.jobs.order, id)
+	w.jobs.mu.Unlock()
+}
+
+// runJobs enqueues the seed's stream until it ends or the faults stop.
+func (w *world) runJobs(start time.Time, stop <-chan struct{}) {
+	for _, j := range w.plan.Jobs {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Until(start.Add(j.At))):
+		}
+		w.enqueue(j)
+	}
+}
+
+// ledgerView is the ledger read at the end of a seed.
+type ledgerView struct {
+	runs, completions, failures map[string]int
+	completers, runners         map[string][]int
+	lastEnd, exits, procs       map[string]string
+	violations                  []string
+}
+
+func (w *world) readLedger() (ledgerView, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var v ledgerView
+	var errs []error
+	var err error
+	v.runs, err = w.lr.Counts(ctx, "runs")
+	errs = append(errs, err)
+	v.completions, err = w.lr.Counts(ctx, "completions")
+	errs = append(errs, err)
+	v.failures, err = w.lr.Counts(ctx, "failures")
+	errs = append(errs, err)
+	v.completers, err = w.lr.PIDLists(ctx, "completers")
+	errs = append(errs, err)
+	v.runners, err = w.lr.PIDLists(ctx, "runners")
+	errs = append(errs, err)
+	v.lastEnd, err = w.lr.Hash(ctx, "last_end")
+	errs = append(errs, err)
+	v.exits, err = w.lr.Hash(ctx, "exits")
+	errs = append(errs, err)
+	v.procs, err = w.lr.Hash(ctx, "procs")
+	errs = append(errs, err)
+	v.violations, err = w.lr.Violations(ctx)
+	errs = append(errs, err)
+	return v, errors.Join(errs...)
+}
+
+// runnersOf describes the processes that ran a task: pid, component,
+// host and how each ended.
+func (v ledgerView) runnersOf(id string) string {
+	var out []string
+	for _, pid := range v.runners[id] {
+		comp, host := v.procOf(pid)
+		exit := v.exits[strconv.Itoa(pid)]
+		if exit == "" {
+			exit = "killed"
+		}
+		out = append(out, fmt.Sprintf("%d %s on %s %s", pid, comp, host, exit))
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; run by " + strings.Join(out, ", ")
+}
+
+// procOf is the component and host a worker pid worked for.
+func (v ledgerView) procOf(pid int) (comp, host string) {
+	comp, host, _ = strings.Cut(v.procs[strconv.Itoa(pid)], " ")
+	return comp, host
+}
+
+// killed reports whether pid did not end on its own terms (no exits entry,
+// or a planned exit the explorer asked for).
+func (v ledgerView) killed(pid int) bool {
+	e, ok := v.exits[strconv.Itoa(pid)]
+	return !ok || strings.HasPrefix(e, "exit:")
+}
+
+// JobStats is what a seed measured about its jobs.
+type JobStats struct {
+	Enqueued, Refused, Completed, Archived, Deleted, LostToDataLoss, Duplicates int
+	// Unrecorded: completed by the ledger, still active in asynq (the
+	// outcome could not be written).
+	Unrecorded int
+	// AwaitingLease: active in asynq, its last run's process dead with its
+	// host (killed, or cut from Redis): asynq's lease recovery runs it again.
+	AwaitingLease int
+	// ToxicUnseen: archived as toxic with no handler run in the ledger: a
+	// worker crash injected while it was in flight, before the handler's
+	// first ledger write.
+	ToxicUnseen int
+	// ShutdownOverlaps: a task dequeued again while the handler of a worker
+	// shutting down was still inside it (asynq requeues at its shutdown
+	// timeout, 0 s here, without waiting for the handler).
+	ShutdownOverlaps int
+}
+
+// outcomeUnwritten reports whether j's last handler run ended (the ledger
+// has its outcome) in a process whose host was cut from Redis since j was
+// enqueued.
+func (w *world) outcomeUnwritten(v ledgerView, j jobRec) bool {
+	pids := v.runners[j.id]
+	if len(pids) == 0 || v.lastEnd[j.id] == "" {
+		return false
+	}
+	_, host := v.procOf(pids[len(pids)-1])
+	return w.b.disturbed(host, j.at, time.Now(), 0)
+}
+
+// awaitingLease reports whether j is left to asynq's lease recovery: its
+// last run's process is gone and its host was SIGKILLed since j was
+// enqueued, or stopped while cut from Redis (the requeue it owed was lost
+// with it); or it never ran and some host was disturbed.
+func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
+	pids := v.runners[j.id]
+	if len(pids) == 0 {
+		// Dequeued, never begun: the dequeue's reply was lost (a cut
+		// connection, a lost reply, a host killed in between) —
+		// RELIABILITY.md's known limit.
+		return w.b.anyDisturbed(j.at, time.Now())
+	}
+	pid := pids[len(pids)-1]
+	if _, _, _, alive := stat(pid); alive {
+		return false
+	}
+	// Only a process that died with its host: a host that lives reaps its
+	// workers and requeues their tasks (at once, or once Redis is back).
+	_, host := v.procOf(pid)
+	return w.b.killed(host, j.at, time.Now()) || w.b.stoppedCut(host, j.at, time.Now())
+}
+
+// judgeJobs checks invariant 7 over every job enqueued.
+func (w *world) judgeJobs(v ledgerView) JobStats {
+	w.jobs.mu.Lock()
+	ids := append([]string(nil), w.jobs.order...)
+	st := JobStats{Enqueued: len(ids), Refused: w.jobs.failed}
+	w.jobs.mu.Unlock()
+	for _, msg := range v.violations {
+		// "<task> started in <pid> while <pid> runs it": an owner that was
+		// shutting down (it then exited on its own) had its task requeued by
+		// asynq while its handler still ran — with stop_timeout at its floor
+		// a worker gets no time to finish (finding E8). Counted, not failed.
+		f := strings.Fields(msg)
+		if len(f) == 8 && strings.HasPrefix(v.exits[f[5]], "clean") {
+			st.ShutdownOverlaps++
+			continue
+		}
+		w.violate(7, "two live handlers inside one task: %s", msg)
+	}
+	for _, id := range ids {
+		w.jobs.mu.Lock()
+		j := *w.jobs.byID[id]
+		w.jobs.mu.Unlock()
+		if j.deleted {
+			st.Deleted++
+			continue
+		}
+		info, err := w.insp.GetTaskInfo(j.queue, id)
+		state := "gone"
+		lastErr := ""
+		if err == nil {
+			state, lastErr = info.State.String(), info.LastErr
+		} else if !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
+			w.violate(0, "read task %s: %v", id, err)
+			continue
+		}
+		runs, done := v.runs[id], v.completions[id]
+		what := fmt.Sprintf("%s job %s on %s (asynq: %s %q; ledger: %d runs, %d completions, last end %q%s)",
+			j.typ, id, j.queue, state, lastErr, runs, done, v.lastEnd[id], v.runnersOf(id))
+		switch {
+		case state == "gone" && w.jobs.lostSince(j.at):
+			st.LostToDataLoss++
+			continue
+		case state == "gone":
+			w.violate(7, "%s vanished with no data loss", what)
+			continue
+		case state == "active" && done > 0:
+			// The handler succeeded, the worker could not record it (Redis
+			// was away) and asynq will run it again once its lease
+			// expires: done as far as the ledger shows.
+			st.Unrecorded++
+			st.Completed++
+			if done > 1 {
+				st.Duplicates++
+			}
+			continue
+		case state == "active" && w.outcomeUnwritten(v, j):
+			// Its handler returned (an error, a cancel) while its worker could
+			// not reach Redis: asynq could not record the outcome and leaves
+			// the task active until its lease expires (RELIABILITY.md).
+			st.Unrecorded++
+			continue
+		case state == "active" && w.awaitingLease(v, j):
+			// Its worker died with its host (or cut from Redis): DESIGN §11
+			// leaves such a task to asynq's own lease recovery (30 s).
+			st.AwaitingLease++
+			continue
+		case state != "completed" && state != "archived":
+			w.violate(7, "%s is not done", what)
+			continue
+		}
+		if j.typ == "sleep" {
+			switch {
+			case done == 0 && state == "completed":
+				w.violate(7, "%s: asynq says completed, its handler never succeeded", what)
+			case done > 1:
+				st.Duplicates++
+				if why := w.unexplainedDuplicate(v, id, j); why != "" {
+					w.violate(7, "%s completed %d times: %s", what, done, why)
+				}
+			}
+		} else if state == "completed" {
+			w.violate(7, "%s: a %s job completed", what, j.typ)
+		}
+		if state == "completed" {
+			st.Completed++
+			continue
+		}
+		st.Archived++
+		switch {
+		case runs == 0 && strings.HasPrefix(lastErr, "toxic") && w.crashesIn(j.queue) > 0:
+			// Its worker died with it in flight, before the handler's
+			// first ledger write (a round trip of its own) — the crash
+			// injected there, or a toxic neighbour's (finding E12).
+			st.ToxicUnseen++
+		case runs == 0:
+			w.violate(7, "%s archived without having run", what)
+		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns:
+			w.violate(7, "%s archived again without running after an operator retry (it had %d runs then)", what, j.retriedAtRuns)
+		case j.typ == "crash" && j.retriedAtRuns < 0 && runs > w.p.JobCrashRetries+1+w.disturbedRuns(v, id, j) && !w.jobs.lostSince(j.at):
+			w.violate(7, "%s: a toxic job ran %d times with job_crash_retries %d", what, runs, w.p.JobCrashRetries)
+		}
+	}
+	return st
+}
+
+// unexplainedDuplicate says why a repeated completion is not at least once
+// delivery ("" when it is): every completion but the last must come from
+// a process that ended before the jobs settled — killed, or stopped: with
+// stop_timeout at its floor a stopped worker gets no time to finish, and
+// asynq requeues what its handlers were doing — or whose host lost Redis
+// meanwhile.
+func (w *world) unexplainedDuplicate(v ledgerView, id string, j jobRec) string {
+	pids := v.completers[id]
+	var bad []string
+	for _, pid := range pids[:len(pids)-1] {
+		_, host := v.procOf(pid)
+		_, _, _, alive := stat(pid)
+		if !alive || v.killed(pid) || w.b.disturbed(host, j.at, time.Now(), 0) {
+			continue
+		}
+		bad = append(bad, fmt.Sprintf("pid %d (%s) still runs, and its host kept Redis all along", pid, host))
+	}
+	sort.Strings(bad)
+	return strings.Join(bad, "; ")
+}
+
+// crashRuns counts, per component, the runs of crash jobs in its
+// processes: each one exited its worker.
+func crashRuns(v ledgerView, crashJobs map[string]bool) map[string]int {
+	out := map[string]int{}
+	for id := range crashJobs {
+		for _, pid := range v.runners[id] {
+			comp, _ := v.procOf(pid)
+			out[comp]++
+		}
+	}
+	return out
+}
+
+var _ = testledger.OutcomeOK
+
+// disturbedRuns counts the runs of a job in processes whose host lost
+// Redis (or was down) since the job was enqueued: their crash may not
+// have been counted against the job.
+func (w *world) disturbedRuns(v ledgerView, id string, j jobRec) int {
+	n := 0
+	for _, pid := range v.runners[id] {
+		if _, host := v.procOf(pid); w.b.disturbed(host, j.at, time.Now(), 0) {
+			n++
+		}
+	}
+	return n
+}
+
+// jobsDone reports whether every job is done as far as the ledger and
+// asynq show (see judgeJobs), and how many are not.
+func (w *world) jobsDone() (bool, int) {
+	v, err := w.readLedger()
+	if err != nil {
+		return false, -1
+	}
+	w.jobs.mu.Lock()
+	jobs := make([]jobRec, 0, len(w.jobs.byID))
+	for _, j := range w.jobs.byID {
+		jobs = append(jobs, *j)
+	}
+	w.jobs.mu.Unlock()
+	left := 0
+	for _, j := range jobs {
+		if j.deleted || (j.typ == "sleep" && v.completions[j.id] > 0) {
+			continue
+		}
+		info, err := w.insp.GetTaskInfo(j.queue, j.id)
+		switch {
+		case err != nil && w.jobs.lostSince(j.at):
+		case err != nil:
+			left++
+		case info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted:
+		case info.State == asynq.TaskStateActive && (w.awaitingLease(v, j) || w.outcomeUnwritten(v, j)):
+		default:
+			left++
+		}
+	}
+	return left == 0, left
+}
+
+// crashesIn counts the crashes injected into the processes of queue q's
+// pool, the crash jobs enqueued on it included.
+func (w *world) crashesIn(q string) int {
+	n := 0
+	w.b.mu.Lock()
+	for comp, c := range w.b.crashes {
+		if strings.HasPrefix(comp, "worker:"+q+":") {
+			n += c
+		}
+	}
+	w.b.mu.Unlock()
+	w.jobs.mu.Lock()
+	for _, j := range w.jobs.byID {
+		if j.queue == q && j.typ == "crash" {
+			n++
+		}
+	}
+	w.jobs.mu.Unlock()
+	return n
+}

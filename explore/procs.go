@@ -1,0 +1,204 @@
+package explore
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is a worker process as /proc shows it.
+type proc struct {
+	pid, ppid int
+	state     byte   // R, S, D, T (stopped), Z (zombie), …
+	start     uint64 // start time in clock ticks: with pid, the process's identity
+	comp      string // VIGIL_COMPONENT, e.g. worker:a:0
+	host      string // VIGIL_HOST
+	prefix    string // VIGIL_PREFIX: the seed's, which tells its workers from others'
+}
+
+func (p proc) alive() bool { return p.state != 'Z' && p.state != 'X' && p.state != 0 }
+
+// procTable reads processes, remembering each one's environment (it does
+// not change) by pid and start time.
+type procTable struct {
+	mu  sync.Mutex
+	env map[[2]uint64][3]string
+}
+
+func newProcTable() *procTable { return &procTable{env: map[[2]uint64][3]string{}} }
+
+// children lists pid's children (every thread's).
+func children(pid int) []int {
+	dirs, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	var out []int
+	for _, d := range dirs {
+		out = append(out, readChildren(d)...)
+	}
+	return out
+}
+
+func readChildren(path string) []int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// childScanner lists a process's children cheaply: a Go process has many
+// threads but forks from few (the supervisor from its one spawner
+// thread), so most looks read only the threads that had children, and
+// every fifth reads them all.
+type childScanner struct {
+	mu    sync.Mutex
+	n     int
+	paths map[int][]string // pid → children files that listed a child
+}
+
+func (c *childScanner) children(pid int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.paths == nil {
+		c.paths = map[int][]string{}
+	}
+	c.n++
+	paths, known := c.paths[pid]
+	if !known || c.n%5 == 0 {
+		paths, _ = filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	}
+	var out, with = []int(nil), []string(nil)
+	for _, p := range paths {
+		if kids := readChildren(p); len(kids) > 0 {
+			out = append(out, kids...)
+			with = append(with, p)
+		}
+	}
+	c.paths[pid] = with
+	return out
+}
+
+// stat reads pid's parent, state and start time.
+func stat(pid int) (ppid int, state byte, start uint64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, 0, 0, false
+	}
+	f := strings.Fields(string(b[i+2:]))
+	// f[0] state, f[1] ppid, …, f[19] starttime (field 22 of stat)
+	if len(f) < 20 {
+		return 0, 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	start, _ = strconv.ParseUint(f[19], 10, 64)
+	return ppid, f[0][0], start, true
+}
+
+// read returns pid as a worker process, ok false when it is gone or is no
+// Vigil worker.
+func (t *procTable) read(pid int) (proc, bool) {
+	ppid, state, start, ok := stat(pid)
+	if !ok {
+		return proc{}, false
+	}
+	key := [2]uint64{uint64(pid), start}
+	t.mu.Lock()
+	env, known := t.env[key]
+	t.mu.Unlock()
+	if !known {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil && state != 'Z' {
+			return proc{}, false
+		}
+		for _, kv := range bytes.Split(b, []byte{0}) {
+			k, v, _ := strings.Cut(string(kv), "=")
+			switch k {
+			case "VIGIL_COMPONENT":
+				env[0] = v
+			case "VIGIL_HOST":
+				env[1] = v
+			case "VIGIL_PREFIX":
+				env[2] = v
+			}
+		}
+		if state != 'Z' { // a zombie's environment reads empty
+			t.mu.Lock()
+			t.env[key] = env
+			t.mu.Unlock()
+		}
+	}
+	if env[0] == "" && state != 'Z' {
+		return proc{}, false
+	}
+	return proc{pid: pid, ppid: ppid, state: state, start: start, comp: env[0], host: env[1], prefix: env[2]}, true
+}
+
+// forget drops the environments of processes no longer listed.
+func (t *procTable) forget(live map[[2]uint64]bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.env {
+		if !live[k] {
+			delete(t.env, k)
+		}
+	}
+}
+
+// bootTime is when the machine booted (/proc/stat btime): process start
+// times in /proc/<pid>/stat count clock ticks from it.
+var bootTime = func() time.Time {
+	b, err := os.ReadFile("/proc/stat")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "btime "); ok {
+				if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+					return time.Unix(n, 0)
+				}
+			}
+		}
+	}
+	return time.Time{}
+}()
+
+// clockTicks is USER_HZ, 100 on every Linux the explorer runs on.
+const clockTicks = 100
+
+// started is when p started (to 10 ms), zero if unknown.
+func (p proc) started() time.Time {
+	if bootTime.IsZero() {
+		return time.Time{}
+	}
+	return bootTime.Add(time.Duration(p.start) * time.Second / clockTicks)
+}
+
+// reap collects an orphan that exited (the explorer is the subreaper its
+// orphans come to), so that its pid does not linger as a zombie.
+func reap(pid int) {
+	var ws syscall.WaitStatus
+	_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+}
+
+// becomeSubreaper makes orphans of this process's descendants its children
+// (PR_SET_CHILD_SUBREAPER) rather than init's: the explorer sees them, and
+// reaps them.
+func becomeSubreaper() error {
+	const prSetChildSubreaper = 36
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0, 0, 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,218 @@
+package explore
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Options configure the explorer.
+type Options struct {
+	Backend string    // BackendMini, BackendReal or BackendMixed
+	Verbose bool      // print each seed's schedule log as it runs
+	Out     io.Writer // reports
+	LogDir  string    // parent of each seed's log folder ("" = the temp dir)
+	Keep    bool      // keep every seed's logs, not only a failing one's
+	// Only, if set, keeps just these steps of the seed's schedule (by
+	// index): a shrunk schedule (Minimize).
+	Only []int
+	// HostEnv is added to every host process's environment (tests).
+	HostEnv []string
+}
+
+// Result is one seed's outcome.
+type Result struct {
+	Seed       uint64
+	Backend    string
+	Params     Params
+	Steps      []Step // the plan's
+	Violations []Violation
+	Log        string // the schedule log
+	Faults     map[Kind]int
+	Jobs       JobStats
+	Took       time.Duration
+	LogDir     string // kept when the seed failed
+	Phases     string // how long each phase took
+	Overloaded bool   // the machine was too busy for the timings (see loadMeter)
+	Load       string
+}
+
+// Failed reports whether the seed broke an invariant.
+func (r Result) Failed() bool { return len(r.Violations) > 0 }
+
+// Report is what a failing seed prints: the seed, the schedule so far,
+// each invariant broken and its evidence, and how to replay it.
+func (r Result) Report() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "=== seed %d FAILED (%s, %s)\n%s\n--- plan\n", r.Seed, r.Backend, r.Took.Round(time.Millisecond), r.Params)
+	for i, s := range r.Steps {
+		fmt.Fprintf(&b, "  [%d] %s\n", i, s)
+	}
+	fmt.Fprintf(&b, "--- schedule as it ran\n%s\n--- violations\n", r.Log)
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  %s\n", v)
+	}
+	if r.Overloaded {
+		fmt.Fprintf(&b, "--- the machine was overloaded: %s\n", r.Load)
+	}
+	fmt.Fprintf(&b, "--- logs of the hosts and workers: %s\n--- replay: make explore SEED=%d REDIS=%s\n", r.LogDir, r.Seed, r.Backend)
+	return b.String()
+}
+
+// RunSeed runs one seed from start to end.
+func RunSeed(seed uint64, opts Options, sh *Shared) Result {
+	plan := Draw(seed, opts.Backend)
+	if opts.Only != nil {
+		plan = plan.Only(opts.Only)
+	}
+	res := Result{Seed: seed, Backend: plan.Params.Backend, Params: plan.Params, Steps: plan.Steps}
+	began := time.Now()
+	w, err := newWorld(plan, opts, sh)
+	if err != nil {
+		res.Violations = []Violation{{Invariant: 0, Evidence: err.Error()}}
+		return res
+	}
+	stopSampler := make(chan struct{})
+	samplerDone := make(chan struct{})
+	var phases []string
+	mark := time.Now()
+	phase := func(name string) {
+		phases = append(phases, fmt.Sprintf("%s %.1fs", name, time.Since(mark).Seconds()))
+		mark = time.Now()
+	}
+	func() {
+		defer w.teardown()
+		if err := w.setup(); err != nil {
+			w.violate(0, "%v", err)
+			return
+		}
+		phase("setup")
+		w.b.t0 = time.Now()
+		w.b.logf("%s", plan.Params)
+		go func() {
+			defer close(samplerDone)
+			w.sampler(stopSampler)
+		}()
+		defer func() {
+			select {
+			case <-stopSampler:
+			default:
+				close(stopSampler)
+			}
+			<-samplerDone
+		}()
+		w.runSchedule(w.done)
+		phase("faults")
+		w.heal()
+		phase("heal")
+		v, err := w.readLedger()
+		if err != nil {
+			w.violate(0, "read the ledger: %v", err)
+			return
+		}
+		w.settle(v)
+		phase("settle")
+		w.revive()
+		if !w.waitJobs(10 * time.Second) {
+			w.b.logf("jobs still not done 10s after the faults ended")
+		}
+		w.waitActions(StopTimeout + 2*time.Second)
+		if v, err = w.readLedger(); err != nil {
+			w.violate(0, "read the ledger: %v", err)
+			return
+		}
+		res.Jobs = w.judgeJobs(v)
+		phase("jobs")
+		close(stopSampler)
+		<-samplerDone
+		w.stopAll()
+		w.checkRaces()
+		phase("stop")
+		w.b.logf("seed over: %d jobs (%d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice)",
+			res.Jobs.Enqueued, res.Jobs.Completed, res.Jobs.Archived, res.Jobs.Deleted, res.Jobs.LostToDataLoss, res.Jobs.Duplicates)
+	}()
+	phase("teardown")
+	res.Phases = strings.Join(phases, ", ")
+	res.Overloaded, res.Load = w.load.overloaded()
+	res.Violations = w.v.all()
+	res.Log = w.b.log()
+	res.Faults = w.b.stats
+	res.Took = time.Since(began)
+	if res.Failed() || opts.Keep {
+		res.LogDir = w.dir
+	} else {
+		os.RemoveAll(w.dir)
+	}
+	return res
+}
+
+// Summary adds up many seeds' results.
+type Summary struct {
+	Seeds, Failed int
+	Overloaded    int // seeds run on an overloaded machine (see loadMeter)
+	Inconclusive  []uint64
+	Faults        map[Kind]int
+	Jobs          JobStats
+	Took          time.Duration // the seeds' own time, added
+	FailedSeeds   []uint64
+	ByInvariant   map[int]int
+	ByBackend     map[string]int // seeds run on each Redis
+}
+
+// Add counts one result.
+func (s *Summary) Add(r Result) {
+	if s.Faults == nil {
+		s.Faults, s.ByInvariant, s.ByBackend = map[Kind]int{}, map[int]int{}, map[string]int{}
+	}
+	s.Seeds++
+	s.ByBackend[r.Backend]++
+	s.Took += r.Took
+	if r.Overloaded {
+		s.Overloaded++
+	}
+	for k, n := range r.Faults {
+		s.Faults[k] += n
+	}
+	s.Jobs.Enqueued += r.Jobs.Enqueued
+	s.Jobs.Completed += r.Jobs.Completed
+	s.Jobs.Archived += r.Jobs.Archived
+	s.Jobs.Deleted += r.Jobs.Deleted
+	s.Jobs.LostToDataLoss += r.Jobs.LostToDataLoss
+	s.Jobs.Duplicates += r.Jobs.Duplicates
+	s.Jobs.Refused += r.Jobs.Refused
+	s.Jobs.Unrecorded += r.Jobs.Unrecorded
+	s.Jobs.AwaitingLease += r.Jobs.AwaitingLease
+	s.Jobs.ShutdownOverlaps += r.Jobs.ShutdownOverlaps
+	s.Jobs.ToxicUnseen += r.Jobs.ToxicUnseen
+	if r.Failed() {
+		s.Failed++
+		s.FailedSeeds = append(s.FailedSeeds, r.Seed)
+		seen := map[int]bool{}
+		for _, v := range r.Violations {
+			if !seen[v.Invariant] {
+				seen[v.Invariant] = true
+				s.ByInvariant[v.Invariant]++
+			}
+		}
+	}
+}
+
+// String is the summary in a few lines.
+func (s Summary) String() string {
+	var kinds []string
+	for k, n := range s.Faults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(kinds)
+	var inv []string
+	for i, n := range s.ByInvariant {
+		inv = append(inv, fmt.Sprintf("inv%d: %d", i, n))
+	}
+	sort.Strings(inv)
+	return fmt.Sprintf("seeds %d (%d on miniredis, %d on redis-server; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d in two handlers across a worker's shutdown, %d archived toxic before their handler wrote a line\nfailing seeds: %v",
+		s.Seeds, s.ByBackend[BackendMini], s.ByBackend[BackendReal], s.Overloaded, s.Failed, inv, s.Inconclusive, strings.Join(kinds, ", "), s.Jobs.Enqueued, s.Jobs.Refused, s.Jobs.Completed, s.Jobs.Archived,
+		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ShutdownOverlaps, s.Jobs.ToxicUnseen, s.FailedSeeds)
+}
