@@ -1,11 +1,11 @@
 package server
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -19,9 +19,12 @@ import (
 type access string
 
 const (
-	accessOpen  access = "open"  // liveness, readiness, the session route
+	accessOpen  access = "open"  // liveness, readiness
 	accessRead  access = "read"  // token needed only with auth_reads
-	accessWrite access = "write" // a mutation: token (or loopback) needed, 403 when read_only
+	accessWrite access = "write" // a mutation: token (or this host) needed, 403 when read_only
+	// The session route: open with a token (it checks the token itself,
+	// throttled), from this host only without one.
+	accessSession access = "session"
 )
 
 const (
@@ -39,6 +42,13 @@ var (
 	securityWrite = []map[string][]string{{schemeBearer: {}}}
 )
 
+// FailedLoginBurst is how many wrong tokens a client may send in a row;
+// then one more per FailedLoginEvery, the others answered 429.
+const (
+	FailedLoginBurst = 10
+	FailedLoginEvery = 10 * time.Second
+)
+
 // credential is how a request authenticated itself.
 type credential int
 
@@ -47,6 +57,34 @@ const (
 	credBearer
 	credCookie
 )
+
+// reqInfo is what the session handlers need of the request (Huma hands
+// them only their input).
+type reqInfo struct {
+	client string
+	https  bool
+	cookie string
+}
+
+type reqInfoKey struct{}
+
+func requestInfo(ctx context.Context) reqInfo {
+	ri, _ := ctx.Value(reqInfoKey{}).(reqInfo)
+	return ri
+}
+
+// noTokenRefusal is the 403 of a mutation without a token from elsewhere
+// than this host.
+const noTokenRefusal = "no token is configured, so mutations are accepted only from this host: a loopback client, " +
+	"with a Host header naming a loopback address, localhost or the listen address, and no Forwarded, " +
+	"X-Forwarded-For or X-Real-IP header. Set a token (token, VIGIL_TOKEN or VIGIL_TOKEN_FILE) to act from elsewhere"
+
+// refusal is why a request may not run an operation.
+type refusal struct {
+	status int
+	msg    string
+	wait   time.Duration // 429: Retry-After
+}
 
 // authMiddleware enforces DESIGN.md §7 per operation, before any input is
 // read.
@@ -58,51 +96,88 @@ func (s *server) authMiddleware(api huma.API) func(huma.Context, func(huma.Conte
 			return
 		}
 		r, _ := humago.Unwrap(ctx)
-		if status, msg := s.authorize(r, a); status != 0 {
-			if status == http.StatusUnauthorized {
+		if f := s.authorize(r, a); f != nil {
+			switch f.status {
+			case http.StatusUnauthorized:
 				ctx.SetHeader("WWW-Authenticate", `Bearer realm="vigil"`)
+			case http.StatusTooManyRequests:
+				ctx.SetHeader("Retry-After", retryAfter(f.wait))
 			}
-			_ = huma.WriteErr(api, ctx, status, msg)
+			_ = huma.WriteErr(api, ctx, f.status, f.msg)
 			return
+		}
+		if a == accessSession {
+			ri := reqInfo{client: s.clientAddr(r), https: s.overHTTPS(r)}
+			if c, err := r.Cookie(SessionCookie); err == nil {
+				ri.cookie = c.Value
+			}
+			ctx = huma.WithValue(ctx, reqInfoKey{}, ri)
 		}
 		next(ctx)
 	}
 }
 
-// authorize returns 0 when r may run an operation guarded by a, else the
-// status and the reason.
-func (s *server) authorize(r *http.Request, a access) (int, string) {
+// refuse writes f as a problem detail (for handlers outside Huma).
+func (s *server) refuse(w http.ResponseWriter, f *refusal) {
+	switch f.status {
+	case http.StatusUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="vigil"`)
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", retryAfter(f.wait))
+	}
+	writeProblem(w, f.status, f.msg)
+}
+
+// authorize returns nil when r may run an operation guarded by a, else why
+// not.
+func (s *server) authorize(r *http.Request, a access) *refusal {
 	if a == accessWrite && s.cfg.ReadOnly {
-		return http.StatusForbidden, "this admin server is read-only (read_only: true)"
+		return &refusal{status: http.StatusForbidden, msg: "this admin server is read-only (read_only: true)"}
 	}
 	if s.cfg.Token == "" {
-		// No token configured: everything from loopback clients, decided per
-		// request; reads from anywhere unless auth_reads.
+		// No token configured: reads from anywhere unless auth_reads, the
+		// rest only from this host (decided per request).
 		if a == accessRead && !s.cfg.AuthReads {
-			return 0, ""
+			return nil
 		}
-		if !loopback(r) {
-			return http.StatusForbidden, "no token is configured: this is accepted only from loopback clients"
+		if !s.fromThisHost(r) {
+			return &refusal{status: http.StatusForbidden, msg: noTokenRefusal}
 		}
-		if a == accessWrite && crossSite(r) {
-			return http.StatusForbidden, "cross-site request refused (Sec-Fetch-Site)"
+		if a != accessRead {
+			if ok, why := sameOrigin(r, false); !ok {
+				return &refusal{status: http.StatusForbidden, msg: why}
+			}
 		}
-		return 0, ""
+		return nil
+	}
+	now := s.cfg.Clock.Now()
+	_, hasAuth := r.Header["Authorization"]
+	if hasAuth || (a == accessSession && r.Method == http.MethodPost) {
+		if d := s.logins.wait(s.clientAddr(r), now); d > 0 {
+			return &refusal{status: http.StatusTooManyRequests, wait: d,
+				msg: "too many wrong tokens from this client: try again in " + retryAfter(d) + " s"}
+		}
+	}
+	if a == accessSession {
+		return nil
 	}
 	cred := s.credential(r)
 	if cred == credNone {
 		if a == accessRead && !s.cfg.AuthReads {
-			return 0, ""
+			return nil
 		}
-		if _, ok := r.Header["Authorization"]; ok {
-			return http.StatusUnauthorized, "wrong token"
+		if hasAuth {
+			s.logins.failed(s.clientAddr(r), "bearer", now)
+			return &refusal{status: http.StatusUnauthorized, msg: "wrong token"}
 		}
-		return http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)"
+		return &refusal{status: http.StatusUnauthorized, msg: "a bearer token is required (Authorization: Bearer <token>)"}
 	}
-	if a == accessWrite && cred == credCookie && crossSite(r) {
-		return http.StatusForbidden, "cookie-authenticated mutations must come from the same origin (Sec-Fetch-Site)"
+	if a == accessWrite && cred == credCookie {
+		if ok, why := sameOrigin(r, true); !ok {
+			return &refusal{status: http.StatusForbidden, msg: why}
+		}
 	}
-	return 0, ""
+	return nil
 }
 
 // credential checks the bearer token, else the session cookie. A wrong
@@ -116,7 +191,7 @@ func (s *server) credential(r *http.Request) credential {
 		}
 		return credNone
 	}
-	if c, err := r.Cookie(SessionCookie); err == nil && s.sessionOK(c.Value) {
+	if c, err := r.Cookie(SessionCookie); err == nil && s.sessionOK(r.Context(), c.Value) {
 		return credCookie
 	}
 	return credNone
@@ -137,48 +212,52 @@ func (s *server) tokenOK(tok string) bool {
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1 && s.cfg.Token != ""
 }
 
-// The session cookie is "<expiry unix s>.<hex HMAC-SHA256(token, expiry)>":
-// stateless, valid on every host that shares the token, void once the token
-// changes or the expiry passes.
-func (s *server) sessionValue(exp time.Time) string {
-	e := strconv.FormatInt(exp.Unix(), 10)
+// The session cookie is "<expiry unix s>.<nonce>.<hex HMAC-SHA256(token,
+// expiry and nonce)>": void once the token changes or the expiry passes,
+// and revocable: it is valid only while Keys.Session(nonce) exists in
+// Redis, on every host that shares the token and the Redis.
+func (s *server) sessionValue(exp time.Time, nonce string) string {
+	e := strconv.FormatInt(exp.Unix(), 10) + "." + nonce
 	return e + "." + s.sessionMAC(e)
 }
 
-func (s *server) sessionMAC(exp string) string {
+func (s *server) sessionMAC(expNonce string) string {
 	m := hmac.New(sha256.New, []byte(s.cfg.Token))
-	m.Write([]byte("vigil session\x00" + exp))
+	m.Write([]byte("vigil session\x00" + expNonce))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-func (s *server) sessionOK(v string) bool {
-	if s.cfg.Token == "" || len(v) > 128 {
-		return false
+// sessionNonce checks v's form, expiry and MAC and returns its nonce.
+func (s *server) sessionNonce(v string) (string, bool) {
+	if s.cfg.Token == "" || len(v) > 160 {
+		return "", false
 	}
-	e, mac, ok := strings.Cut(v, ".")
-	if !ok {
-		return false
+	i := strings.LastIndexByte(v, '.')
+	if i < 0 {
+		return "", false
+	}
+	expNonce, mac := v[:i], v[i+1:]
+	e, nonce, ok := strings.Cut(expNonce, ".")
+	if !ok || len(nonce) != 32 || strings.Trim(nonce, "0123456789abcdef") != "" {
+		return "", false
 	}
 	n, err := strconv.ParseInt(e, 10, 64)
 	if err != nil || !s.cfg.Clock.Now().Before(time.Unix(n, 0)) {
+		return "", false
+	}
+	if !hmac.Equal([]byte(mac), []byte(s.sessionMAC(expNonce))) {
+		return "", false
+	}
+	return nonce, true
+}
+
+func (s *server) sessionOK(ctx context.Context, v string) bool {
+	nonce, ok := s.sessionNonce(v)
+	if !ok {
 		return false
 	}
-	return hmac.Equal([]byte(mac), []byte(s.sessionMAC(e)))
-}
-
-// loopback reports whether the client connected from a loopback address.
-func loopback(r *http.Request) bool {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// crossSite reports a request that a browser marked as not same-origin;
-// without the header (not a browser, or an old one) it passes.
-func crossSite(r *http.Request) bool {
-	v, ok := r.Header["Sec-Fetch-Site"]
-	return ok && (len(v) != 1 || v[0] != "same-origin")
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	n, err := s.store.Client().Exists(ctx, s.store.Keys().Session(nonce)).Result()
+	return err == nil && n == 1
 }

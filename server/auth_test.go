@@ -2,10 +2,12 @@ package server_test
 
 import (
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +42,16 @@ func operations(t *testing.T, h *harness) []specOp {
 		t.Fatalf("only %d operations in the spec", len(ops))
 	}
 	return ops
+}
+
+// clients numbers the clients of newClient.
+var clients atomic.Int64
+
+// newClient returns a client address (loopback) no request used before:
+// wrong tokens from one client are throttled after FailedLoginBurst.
+func newClient() string {
+	n := clients.Add(1)
+	return fmt.Sprintf("127.%d.%d.%d:4000", n>>16&255, n>>8&255, n&255)
 }
 
 func isMutation(op specOp) bool { return op.method != http.MethodGet }
@@ -101,7 +113,7 @@ func TestEveryMutationNeedsTheToken(t *testing.T) {
 			body = `{"type":"t"}`
 		}
 		for _, tok := range []string{"", "wrong"} {
-			rec := h.do(req{method: op.method, path: op.path, body: body, token: tok})
+			rec := h.do(req{method: op.method, path: op.path, body: body, token: tok, remote: newClient()})
 			if wantProblem(t, rec, http.StatusUnauthorized); rec.Header().Get("WWW-Authenticate") == "" {
 				t.Errorf("%s %s: 401 without WWW-Authenticate", op.method, op.path)
 			}
@@ -111,7 +123,7 @@ func TestEveryMutationNeedsTheToken(t *testing.T) {
 		for _, auth := range []string{"", "Bearer", "Bearer ", "Basic " + base64.StdEncoding.EncodeToString([]byte(testToken)),
 			"Token " + testToken, "Bearer" + testToken, testToken, "Bearer " + testToken + "x", "Bearer " + strings.ToUpper(testToken),
 			"Bearer " + testToken[:len(testToken)-1]} {
-			rec := h.do(req{method: op.method, path: op.path, body: body, header: map[string]string{"Authorization": auth}})
+			rec := h.do(req{method: op.method, path: op.path, body: body, header: map[string]string{"Authorization": auth}, remote: newClient()})
 			wantProblem(t, rec, http.StatusUnauthorized)
 		}
 		forged := &http.Cookie{Name: server.SessionCookie, Value: "9999999999." + strings.Repeat("0", 64)}
@@ -143,7 +155,7 @@ func TestReadsAndAuthReads(t *testing.T) {
 			t.Errorf("%s %s without auth_reads: %d", op.method, op.path, rec.Code)
 		}
 		wantProblem(t, closed.do(req{method: op.method, path: op.path}), http.StatusUnauthorized)
-		wantProblem(t, closed.do(req{method: op.method, path: op.path, token: "nope"}), http.StatusUnauthorized)
+		wantProblem(t, closed.do(req{method: op.method, path: op.path, token: "nope", remote: newClient()}), http.StatusUnauthorized)
 		if rec := closed.do(req{method: op.method, path: op.path, token: testToken}); rec.Code == 401 || rec.Code == 403 {
 			t.Errorf("%s %s with the token: %d", op.method, op.path, rec.Code)
 		}
@@ -198,7 +210,7 @@ func TestSessionCookie(t *testing.T) {
 	decode[workersBody](t, h.do(req{method: http.MethodGet, path: "/api/v1/workers", cookie: c}), http.StatusOK)
 	pause := "/api/v1/queues/" + h.q1 + "/pause"
 	decode[server.PauseResult](t, h.do(req{method: http.MethodPost, path: pause, cookie: c, header: map[string]string{"Sec-Fetch-Site": "same-origin"}}), http.StatusOK)
-	decode[server.PauseResult](t, h.do(req{method: http.MethodPost, path: pause, cookie: c}), http.StatusOK)
+	wantProblem(t, h.do(req{method: http.MethodPost, path: pause, cookie: c}), http.StatusForbidden) // neither Origin nor Sec-Fetch-Site
 	for _, site := range []string{"cross-site", "same-site", "none"} {
 		wantProblem(t, h.do(req{method: http.MethodPost, path: pause, cookie: c, header: map[string]string{"Sec-Fetch-Site": site}}), http.StatusForbidden)
 	}

@@ -137,7 +137,7 @@ func fanoutVigil(b *testing.B, bin string, n int) {
 	env := testredis.New(b)
 	store := health.NewStore(env.Client, env.Prefix, 0)
 	srv, err := server.New(server.Config{Store: store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		SSE: server.SSEConfig{MaxClients: 2 * n, ReadBlock: 50 * time.Millisecond}})
+		SSE: server.SSEConfig{MaxClients: 2 * n, MaxClientsPerAddress: 2 * n, ReadBlock: 50 * time.Millisecond}})
 	if err != nil {
 		b.Fatal(err)
 	}

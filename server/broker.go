@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -20,8 +21,10 @@ import (
 // Defaults of SSEConfig (DESIGN.md §10).
 const (
 	SSEMaxClientsDefault = 10_000
-	SSEMaxLagDefault     = 1000
-	SSEKeepAliveDefault  = 15 * time.Second
+	// SSEMaxClientsPerAddressDefault: a dashboard tab holds one stream.
+	SSEMaxClientsPerAddressDefault = 32
+	SSEMaxLagDefault               = 1000
+	SSEKeepAliveDefault            = 15 * time.Second
 	// SSEReadBlockDefault bounds one blocking read of the event stream: a
 	// read returns as soon as an entry arrives; the bound only decides how
 	// long Close waits for the reader.
@@ -32,6 +35,9 @@ const (
 type SSEConfig struct {
 	// MaxClients caps concurrent event clients; beyond it: 503.
 	MaxClients int
+	// MaxClientsPerAddress caps the concurrent event clients of one client
+	// address (behind a trusted proxy, the forwarded one); beyond it: 429.
+	MaxClientsPerAddress int
 	// MaxLag is how many events may wait for one client; a client further
 	// behind is disconnected (it resumes with Last-Event-ID).
 	MaxLag int
@@ -45,6 +51,9 @@ type SSEConfig struct {
 func (c SSEConfig) withDefaults() SSEConfig {
 	if c.MaxClients <= 0 {
 		c.MaxClients = SSEMaxClientsDefault
+	}
+	if c.MaxClientsPerAddress <= 0 {
+		c.MaxClientsPerAddress = SSEMaxClientsPerAddressDefault
 	}
 	if c.MaxLag <= 0 {
 		c.MaxLag = SSEMaxLagDefault
@@ -106,7 +115,15 @@ type broker struct {
 	seq     int64
 	nextID  uint64
 	closed  bool
-	serving int // connections admitted (for MaxClients)
+	serving int            // connections admitted (for MaxClients)
+	perAddr map[string]int // connections admitted per client address
+	// subsGen counts the creations and deletions of groups; fresh are the
+	// groups created since fanOut took its snapshot of the pattern sets.
+	subsGen uint64
+	fresh   map[string]*group
+	// snap is fanOut's view of the groups' pattern sets, matched outside
+	// mu (only the reader goroutine touches it).
+	snap subsSnapshot
 	// readerID is the CLIENT ID of the reader's connection (0: unknown).
 	readerID int64
 	stats    brokerStats
@@ -142,6 +159,7 @@ func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.C
 		cfg: cfg, store: store, log: log, clock: clk, snapshot: snapshot, onEntry: onEntry,
 		sse: s, ready: make(chan struct{}),
 		groups: map[string]*group{}, clients: map[string]*client{}, catching: map[*client]struct{}{},
+		perAddr: map[string]int{}, fresh: map[string]*group{},
 	}
 	s.OnSubscribe = b.subscribed
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -198,25 +216,32 @@ func (b *broker) close() {
 	b.sse.Close()
 }
 
-// acquire admits one more connection, or says why not.
-func (b *broker) acquire() (ok bool, why string) {
+// acquire admits one more connection from addr, or says why not (the
+// status: 503 full or closing, 429 too many from addr).
+func (b *broker) acquire(addr string) (status int, why string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case b.closed:
-		return false, "the admin server is shutting down"
+		return http.StatusServiceUnavailable, "the admin server is shutting down"
 	case b.serving >= b.cfg.MaxClients:
-		return false, "too many event clients (sse.max_clients = " + itoa(b.cfg.MaxClients) + "); try again later"
+		return http.StatusServiceUnavailable, "too many event clients (sse.max_clients = " + itoa(b.cfg.MaxClients) + "); try again later"
+	case b.perAddr[addr] >= b.cfg.MaxClientsPerAddress:
+		return http.StatusTooManyRequests, "too many event streams from this address (sse.max_clients_per_address = " + itoa(b.cfg.MaxClientsPerAddress) + ")"
 	}
 	b.serving++
+	b.perAddr[addr]++
 	b.metrics.SSEClient(1)
 	b.conns.Add(1)
-	return true, ""
+	return 0, ""
 }
 
-func (b *broker) release() {
+func (b *broker) release(addr string) {
 	b.mu.Lock()
 	b.serving--
+	if b.perAddr[addr]--; b.perAddr[addr] <= 0 {
+		delete(b.perAddr, addr)
+	}
 	b.metrics.SSEClient(-1)
 	b.mu.Unlock()
 	b.conns.Done()
@@ -368,14 +393,30 @@ func toEntry(m redis.XMessage) (entry, bool) {
 // fanOut publishes entries, in order, to every joined client that matches
 // and has not seen them yet. It never blocks on a client: one whose buffer
 // is full is left out, to catch up from the stream on its own, and dropped
-// once it is more than MaxLag entries behind.
+// once it is more than MaxLag entries behind. Topics are matched against
+// the groups' pattern sets outside mu (a snapshot taken at the start, and
+// a cache of each topic's groups while the groups do not change); under
+// mu only groups created since the snapshot are matched. Called by the
+// reader goroutine only.
 func (b *broker) fanOut(msgs []redis.XMessage) {
 	b.mu.Lock()
+	if b.snap.gen != b.subsGen || b.snap.keys == nil {
+		b.snap.rebuild(b.groups, b.subsGen)
+		clear(b.fresh)
+	}
+	b.mu.Unlock()
+	entries := make([]entry, len(msgs))
+	matched := make([][]string, len(msgs))
+	for i, m := range msgs {
+		if e, ok := toEntry(m); ok {
+			entries[i], matched[i] = e, b.snap.match(e.topic)
+		}
+	}
+	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, m := range msgs {
-		e, ok := toEntry(m)
-		if !ok {
-			if id, ok := parseStreamID(m.ID); ok && id.cmp(b.pos) > 0 {
+	for i, e := range entries {
+		if e.ev == nil {
+			if id, ok := parseStreamID(msgs[i].ID); ok && id.cmp(b.pos) > 0 {
 				b.pos = id
 			}
 			continue
@@ -383,19 +424,14 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 		b.stats.Entries++
 		b.seq++
 		b.metrics.SSEEvents(1)
-		for _, g := range b.groups {
-			if !g.sub.match(e.topic) {
-				continue
+		for _, k := range matched[i] {
+			if g := b.groups[k]; g != nil {
+				b.publishTo(g, e)
 			}
-			for c := range g.clients {
-				if e.id.cmp(c.from) <= 0 {
-					continue // sent by the client's own catch-up
-				}
-				if b.sse.TryPublish(c.id, e.ev) {
-					c.last = e.id
-				} else {
-					b.fellBehind(c)
-				}
+		}
+		for k, g := range b.fresh {
+			if _, seen := b.snap.keys[k]; !seen && b.groups[k] == g && g.sub.match(e.topic) {
+				b.publishTo(g, e)
 			}
 		}
 		b.pos = e.id
@@ -408,6 +444,59 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 			b.onEntry(e.typ, e.topic)
 		}
 	}
+}
+
+// publishTo queues e for g's clients that have not had it (mu held).
+func (b *broker) publishTo(g *group, e entry) {
+	for c := range g.clients {
+		if e.id.cmp(c.from) <= 0 {
+			continue // sent by the client's own catch-up
+		}
+		if b.sse.TryPublish(c.id, e.ev) {
+			c.last = e.id
+		} else {
+			b.fellBehind(c)
+		}
+	}
+}
+
+// topicCacheMax bounds the topics whose matching groups are remembered.
+const topicCacheMax = 4096
+
+// subsSnapshot is the groups' pattern sets at one moment, and which of
+// them each topic seen since matched.
+type subsSnapshot struct {
+	gen   uint64
+	keys  map[string]struct{}
+	subs  []subscription
+	cache map[string][]string // topic -> keys of the matching groups
+}
+
+func (s *subsSnapshot) rebuild(groups map[string]*group, gen uint64) {
+	s.gen, s.keys, s.subs = gen, make(map[string]struct{}, len(groups)), make([]subscription, 0, len(groups))
+	for k, g := range groups {
+		s.keys[k] = struct{}{}
+		s.subs = append(s.subs, g.sub)
+	}
+	s.cache = map[string][]string{}
+}
+
+// match returns the keys of the pattern sets that match topic.
+func (s *subsSnapshot) match(topic string) []string {
+	if ks, ok := s.cache[topic]; ok {
+		return ks
+	}
+	var ks []string
+	for _, sub := range s.subs {
+		if sub.match(topic) {
+			ks = append(ks, sub.key)
+		}
+	}
+	if len(s.cache) >= topicCacheMax {
+		clear(s.cache)
+	}
+	s.cache[topic] = ks
+	return ks
 }
 
 // lagged drops a client that fell more than MaxLag entries behind (mu

@@ -70,8 +70,8 @@ func (b *broker) subscribed(streamID string, _ *sse.Subscriber) {
 // serve streams events to one client until it goes away, is dropped, or
 // the broker closes. The caller has acquired a place for it. lastID is the
 // Last-Event-ID it resumes from ("" for a fresh snapshot).
-func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription, lastID string) {
-	defer b.release()
+func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription, lastID, addr string) {
+	defer b.release(addr)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: http.NewResponseController(w),
@@ -80,7 +80,8 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	_ = c.rc.SetWriteDeadline(time.Time{})
 	p, err := b.plan(ctx, lastID)
 	if err != nil {
-		writeProblem(w, http.StatusServiceUnavailable, "read the event stream: "+err.Error())
+		b.log.Warn("events: read the stream for a client", "err", err)
+		writeProblem(w, http.StatusServiceUnavailable, "read the event stream: "+publicError(err))
 		return
 	}
 	b.mu.Lock()
@@ -139,6 +140,8 @@ func (b *broker) leave(c *client) {
 		delete(g.clients, c)
 		if len(g.clients) == 0 {
 			delete(b.groups, c.sub.key)
+			delete(b.fresh, c.sub.key)
+			b.subsGen++
 		}
 	}
 }
@@ -238,6 +241,8 @@ func (b *broker) enter(c *client, cursor streamID) bool {
 	if g == nil {
 		g = &group{sub: c.sub, clients: map[*client]struct{}{}}
 		b.groups[c.sub.key] = g
+		b.fresh[c.sub.key] = g
+		b.subsGen++
 	}
 	g.clients[c] = struct{}{}
 	return true

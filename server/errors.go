@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/hibiken/asynq"
@@ -46,8 +49,32 @@ func (s *server) fail(ctx context.Context, what string, err error) error {
 		return huma.Error503ServiceUnavailable(what + ": " + ctx.Err().Error())
 	}
 	s.log.ErrorContext(ctx, "admin request failed", "op", what, "err", err)
-	return huma.Error500InternalServerError(what + " failed: " + err.Error())
+	return huma.Error500InternalServerError(what + " failed: " + publicError(err))
 }
+
+// publicError is err's text for a client: what went wrong, without where
+// Redis (or anything else behind this server) is. Network errors say "dial
+// tcp 10.0.0.5:6379: …" and DNS errors name the host: those parts are
+// replaced; the server log keeps the whole error.
+func publicError(err error) string {
+	s := err.Error()
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		s = strings.ReplaceAll(s, dns.Error(), "redis host name lookup failed")
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		why := op.Err.Error()
+		if errors.As(op.Err, &dns) {
+			why = "host name lookup failed"
+		}
+		s = strings.ReplaceAll(s, op.Error(), "redis connection failed ("+why+")")
+	}
+	return hostPort.ReplaceAllString(s, "<address>")
+}
+
+// hostPort finds what still looks like an address with a port.
+var hostPort = regexp.MustCompile(`(\[[0-9A-Fa-f:.]+\]|(\d{1,3}\.){3}\d{1,3}|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+):\d{1,5}\b`)
 
 // announce appends an action event (DESIGN.md §8) for what an operator
 // did. The state change itself is already written and announced; a failure

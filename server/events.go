@@ -12,6 +12,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/queue"
+	"github.com/vigil-dev/vigil/schedule"
 )
 
 // EventsInput is the subscription of GET /api/v1/events.
@@ -93,6 +94,24 @@ type ActionEvent struct {
 	Action    Action `json:"action"`
 }
 
+// ScheduleFiredEvent says a schedule's tick (or a trigger) was decided by
+// an enqueue.
+type ScheduleFiredEvent struct {
+	Topic     string             `json:"topic" example:"schedule:nightly"`
+	Type      string             `json:"type" enum:"schedule_fired"`
+	Timestamp int64              `json:"timestamp" doc:"Unix ms"`
+	Data      schedule.FiredData `json:"data"`
+}
+
+// ScheduleMissedEvent says a leader found ticks of a schedule missed and
+// what its catch-up policy made of them.
+type ScheduleMissedEvent struct {
+	Topic     string              `json:"topic" example:"schedule:nightly"`
+	Type      string              `json:"type" enum:"schedule_missed"`
+	Timestamp int64               `json:"timestamp" doc:"Unix ms"`
+	Data      schedule.MissedData `json:"data"`
+}
+
 // SnapshotEvent is a topic's current state, sent on connect for every
 // matching topic that exists; its id is the stream's last event before it
 // was read.
@@ -101,7 +120,7 @@ type SnapshotEvent struct {
 	Type      string  `json:"type" enum:"snapshot"`
 	Timestamp int64   `json:"timestamp" doc:"Unix ms"`
 	Worker    *Worker `json:"worker,omitempty" doc:"worker topics"`
-	Data      any     `json:"data,omitempty" doc:"By topic: system:health a HealthReport, host:* a Host, queue:status and queue:*:status queue Stats, queue:jobs a JobsSnapshot, job:* a Job"`
+	Data      any     `json:"data,omitempty" doc:"By topic: system:health a HealthReport, host:* a Host, queue:status and queue:*:status queue Stats, queue:jobs a JobsSnapshot, job:* a Job, schedule:* a Schedule"`
 }
 
 // ResetEvent says that the Last-Event-ID could not be resumed from; a
@@ -123,6 +142,8 @@ var eventTypes = map[string]any{
 	health.EventHealth:   HealthUpdateEvent{},
 	health.EventAction:   ActionEvent{},
 	health.EventReset:    ResetEvent{},
+	schedule.EventFired:  ScheduleFiredEvent{},
+	schedule.EventMissed: ScheduleMissedEvent{},
 }
 
 const eventsDescription = `Server-sent events (DESIGN.md §8). On connect, one ` + "`snapshot`" + ` per matching topic that exists
@@ -132,7 +153,8 @@ last stream entry before it was read), ` + "`event`" + ` its type and ` + "`data
 ` + "`{topic, type, timestamp, <payload>}`" + `. Reconnecting with ` + "`Last-Event-ID`" + ` replays what was missed, or sends
 ` + "`reset`" + ` and a fresh snapshot when that id has been trimmed. A comment (` + "`: keep-alive`" + `) comes every
 sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
-with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 ` + "`*`" + `. Browsers authenticate with the session cookie
 (` + "`POST /api/v1/session`" + `), since EventSource cannot send headers.`
 
 func (s *server) registerEvents(api huma.API) {
@@ -140,7 +162,7 @@ func (s *server) registerEvents(api huma.API) {
 		OperationID: "stream-events", Method: http.MethodGet, Path: "/api/v1/events", Tags: []string{"events"},
 		Summary:     "Live events (SSE)",
 		Description: eventsDescription,
-		Errors:      []int{http.StatusUnprocessableEntity, http.StatusServiceUnavailable},
+		Errors:      []int{http.StatusUnprocessableEntity, http.StatusTooManyRequests, http.StatusServiceUnavailable},
 		Responses: map[string]*huma.Response{"200": {
 			Description: "An endless text/event-stream",
 			Content:     map[string]*huma.MediaType{"text/event-stream": {Schema: eventStreamSchema(api)}},
@@ -187,12 +209,14 @@ func (s *server) events(_ context.Context, in *EventsInput) (*huma.StreamRespons
 	if s.broker == nil {
 		return nil, huma.Error503ServiceUnavailable("no event broker")
 	}
-	if ok, why := s.broker.acquire(); !ok {
-		return nil, huma.Error503ServiceUnavailable(why)
-	}
 	last := cmp.Or(in.LastEventID, in.LastEventIDQuery)
 	return &huma.StreamResponse{Body: func(ctx huma.Context) {
 		r, w := humago.Unwrap(ctx)
-		s.broker.serve(w, r, sub, last)
+		addr := s.clientAddr(r)
+		if status, why := s.broker.acquire(addr); status != 0 {
+			writeProblem(w, status, why)
+			return
+		}
+		s.broker.serve(w, r, sub, last, addr)
 	}}, nil
 }

@@ -21,11 +21,8 @@ func (s *server) serveEvents(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if status, msg := s.authorize(r, accessRead); status != 0 {
-			if status == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="vigil"`)
-			}
-			writeProblem(w, status, msg)
+		if f := s.authorize(r, accessRead); f != nil {
+			s.refuse(w, f)
 			return
 		}
 		q := r.URL.Query()
@@ -42,10 +39,11 @@ func (s *server) serveEvents(next http.Handler) http.Handler {
 			writeProblem(w, http.StatusUnprocessableEntity, err.Error())
 			return
 		}
-		if ok, why := s.broker.acquire(); !ok {
-			writeProblem(w, http.StatusServiceUnavailable, why)
+		addr := s.clientAddr(r)
+		if status, why := s.broker.acquire(addr); status != 0 {
+			writeProblem(w, status, why)
 			return
 		}
-		s.broker.serve(w, r, sub, last)
+		s.broker.serve(w, r, sub, last, addr)
 	})
 }

@@ -5,10 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/hibiken/asynq"
-
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/queue"
+	"github.com/vigil-dev/vigil/schedule"
 )
 
 // Topics of the event stream (DESIGN.md §8) that are not built from a name.
@@ -27,7 +26,7 @@ type JobsSnapshot struct {
 
 // snapshot reads, from Redis, the current state of every existing topic
 // that sub matches, in this order: system:health, hosts, queue:status, the
-// queues, the workers, queue:jobs, the running jobs. Jobs exist for a
+// queues, the workers, queue:jobs, the running jobs, the schedules. Jobs exist for a
 // snapshot while they run.
 func (s *server) snapshot(ctx context.Context, sub subscription) ([]health.Event, error) {
 	var out []health.Event
@@ -79,6 +78,19 @@ func (s *server) snapshot(ctx context.Context, sub subscription) ([]health.Event
 	if err := s.snapshotJobs(ctx, sub, now, add); err != nil {
 		return nil, err
 	}
+	if sub.wants("schedule") && s.schedules != nil {
+		vs, err := s.schedules.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vs {
+			if t := schedule.Topic(v.Name); sub.match(t) {
+				if err := add(t, now, scheduleOf(v)); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	return out, nil
 }
 
@@ -122,13 +134,11 @@ func (s *server) snapshotJobs(ctx context.Context, sub subscription, now int64, 
 	}
 	var jobs []Job
 	for _, q := range s.cfg.Queues {
-		ts, err := s.insp.ListActiveTasks(q, asynq.PageSize(snapshotJobsMax))
+		js, err := s.readJobs(ctx, q, "active", 1, snapshotJobsMax, s.insp.ListActiveTasks)
 		if err != nil {
 			continue // a queue asynq has not seen yet has no running job
 		}
-		for _, t := range ts {
-			jobs = append(jobs, jobOf(t))
-		}
+		jobs = append(jobs, js...)
 	}
 	if all {
 		if err := add(TopicJobs, now, JobsSnapshot{Jobs: append([]Job{}, jobs...)}); err != nil {

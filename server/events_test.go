@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -505,5 +506,40 @@ func TestEventsCloseWithStuckClient(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return with a client that does not read")
+	}
+}
+
+// TestEventsPerAddressCap: past sse.max_clients_per_address streams from
+// one client address, 429; another address still gets in (issue 18, row
+// 6: 3,000 streams from one client).
+func TestEventsPerAddressCap(t *testing.T) {
+	h := newHarness(t, setup{cfg: func(c *server.Config) {
+		c.SSE.MaxClientsPerAddress = 2
+		c.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} // to tell clients apart
+	}})
+	base := serveHTTP(t, h.h)
+	open := func(from string) int {
+		ctx, cancel := context.WithCancel(context.Background())
+		r, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/events?topic=system:health", nil)
+		r.Header.Set("Authorization", "Bearer "+testToken)
+		r.Header.Set("X-Forwarded-For", from)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cancel()
+			resp.Body.Close()
+		})
+		return resp.StatusCode
+	}
+	for i, want := range []int{200, 200, 429, 429} {
+		if got := open("192.0.2.1"); got != want {
+			t.Errorf("stream %d from 192.0.2.1: %d, want %d", i+1, got, want)
+		}
+	}
+	if got := open("192.0.2.2"); got != http.StatusOK {
+		t.Errorf("first stream from 192.0.2.2: %d, want 200", got)
 	}
 }

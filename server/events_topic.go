@@ -13,6 +13,11 @@ const (
 	MaxPatterns = 64
 	// MaxPatternLen bounds one pattern.
 	MaxPatternLen = 256
+	// MaxPatternSegments and MaxPatternStars bound one pattern's segments
+	// and its "*" (topics have at most four segments): matching costs at
+	// most C(segments, stars) steps.
+	MaxPatternSegments = 8
+	MaxPatternStars    = 4
 )
 
 // errPattern is wrapped by every refusal of a topic pattern.
@@ -29,6 +34,9 @@ func parsePattern(s string) (pattern, error) {
 		return nil, fmt.Errorf("%w %q: 1 to %d bytes", errPattern, truncate(s, 80), MaxPatternLen)
 	}
 	segs := strings.Split(s, ":")
+	if len(segs) > MaxPatternSegments || strings.Count(s, "*") > MaxPatternStars {
+		return nil, fmt.Errorf("%w %q: at most %d segments and %d *", errPattern, truncate(s, 80), MaxPatternSegments, MaxPatternStars)
+	}
 	for _, seg := range segs {
 		if seg == "" {
 			return nil, fmt.Errorf("%w %q: empty segment", errPattern, truncate(s, 80))
@@ -48,8 +56,13 @@ func (p pattern) match(topic string) bool {
 }
 
 // matchSegs matches segments; "*" takes one or more segments. Patterns are
-// short, so plain backtracking is fine (at most MaxPatternLen/2 stars).
+// short (MaxPatternSegments, MaxPatternStars), so plain backtracking is
+// fine; a pattern longer than the topic fails at once (each of its
+// segments takes at least one).
 func matchSegs(p, t []string) bool {
+	if len(p) > len(t) {
+		return false
+	}
 	for len(p) > 0 {
 		if p[0] == "*" {
 			rest := p[1:]

@@ -83,3 +83,36 @@ func TestHealth(t *testing.T) {
 		}
 	}
 }
+
+// TestErrorsNameNoInternalAddress: with Redis unreachable, /readyz, the
+// health report and the 5xx answers of the API say what failed without
+// Redis's address (issue 18, row 12: "dial tcp 10.0.0.5:6379: connect:
+// connection refused" reached any client); the server log has it.
+func TestErrorsNameNoInternalAddress(t *testing.T) {
+	port := strconv.Itoa(testredis.FreePort(t))
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	logs := &lineSink{}
+	h, err := server.New(server.Config{Store: health.NewStore(rdb, "", 0), Queues: []string{"tag"}, Token: testToken,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	for _, path := range []string{"/readyz", "/api/v1/health", "/api/v1/workers", "/api/v1/queues", "/api/v1/queues/tag",
+		"/api/v1/queues/tag/jobs", "/api/v1/jobs/tag/abc", "/api/v1/hosts", "/api/v1/pools"} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.Header.Set("Authorization", "Bearer "+testToken)
+		h.ServeHTTP(rec, r)
+		if rec.Code < 500 && path != "/api/v1/health" {
+			t.Errorf("GET %s without Redis: %d", path, rec.Code)
+		}
+		if b := rec.Body.String(); strings.Contains(b, ":"+port) || strings.Contains(b, "dial tcp") {
+			t.Errorf("GET %s names Redis's address: %s", path, b)
+		}
+	}
+	if !strings.Contains(logs.String(), ":"+port) {
+		t.Error("the server log does not say where Redis was")
+	}
+}

@@ -86,7 +86,8 @@ func (s *server) ping(ctx context.Context) (time.Duration, error) {
 func (s *server) readyz(ctx context.Context, _ *struct{}) (*ReadyOutput, error) {
 	rtt, err := s.ping(ctx)
 	if err != nil {
-		return nil, huma.Error503ServiceUnavailable("redis does not answer within 1s: " + err.Error())
+		s.log.DebugContext(ctx, "readyz: redis does not answer", "err", err)
+		return nil, huma.Error503ServiceUnavailable("redis does not answer within 1s: " + publicError(err))
 	}
 	out := &ReadyOutput{}
 	out.Body.Status, out.Body.RedisRTTMS = "ready", ms(rtt)
@@ -106,13 +107,13 @@ func (s *server) healthReport(ctx context.Context) HealthReport {
 	}
 	rtt, err := s.ping(ctx)
 	if err != nil {
-		r.Status, r.Reasons = StatusError, []string{"redis does not answer within 1s: " + err.Error()}
+		r.Status, r.Reasons = StatusError, []string{"redis does not answer within 1s: " + publicError(err)}
 		return r
 	}
 	r.RedisRTTMS = ms(rtt)
 	cs, err := s.store.List(ctx)
 	if err != nil {
-		r.Status, r.Reasons = StatusError, []string{"read components: " + err.Error()}
+		r.Status, r.Reasons = StatusError, []string{"read components: " + publicError(err)}
 		return r
 	}
 	r.Components = len(cs)
@@ -140,7 +141,7 @@ func (s *server) healthReport(ctx context.Context) HealthReport {
 	}
 	hosts, err := s.store.Hosts(ctx)
 	if err != nil {
-		r.Status, r.Reasons = StatusError, []string{"read hosts: " + err.Error()}
+		r.Status, r.Reasons = StatusError, []string{"read hosts: " + publicError(err)}
 		return r
 	}
 	for _, h := range hosts {

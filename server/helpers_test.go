@@ -143,9 +143,13 @@ type req struct {
 	ctype              string
 	token              string // "" = no Authorization header
 	remote             string
+	host               string // Host header; default 127.0.0.1:8080, noHost for none
 	header             map[string]string
 	cookie             *http.Cookie
 }
+
+// noHost as req.host sends no Host header.
+const noHost = "(none)"
 
 func (h *harness) do(r req) *httptest.ResponseRecorder {
 	h.tb.Helper()
@@ -153,7 +157,14 @@ func (h *harness) do(r req) *httptest.ResponseRecorder {
 	if r.body != "" {
 		body = strings.NewReader(r.body)
 	}
-	hr := httptest.NewRequest(r.method, "http://vigil.test"+r.path, body)
+	hr := httptest.NewRequest(r.method, "http://127.0.0.1:8080"+r.path, body)
+	switch r.host {
+	case "":
+	case noHost:
+		hr.Host = ""
+	default:
+		hr.Host = r.host
+	}
 	hr.RemoteAddr = "127.0.0.1:40000"
 	if r.remote != "" {
 		hr.RemoteAddr = r.remote

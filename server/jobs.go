@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/hibiken/asynq"
@@ -22,42 +24,90 @@ type Job struct {
 	Queue         string          `json:"queue" example:"tag"`
 	Type          string          `json:"type" example:"demo:sleep" doc:"Task type (which handler runs it)"`
 	State         string          `json:"state" enum:"pending,active,scheduled,retry,archived,completed,aggregating" example:"pending"`
-	Payload       json.RawMessage `json:"payload,omitempty" doc:"The payload, when it is JSON"`
-	PayloadBase64 string          `json:"payload_base64,omitempty" doc:"The payload, base64-encoded, when it is not JSON"`
-	MaxRetry      int             `json:"max_retry" example:"25" doc:"Retries allowed for handler errors"`
-	Retried       int             `json:"retried" example:"0" doc:"Retries so far"`
-	LastError     string          `json:"last_error,omitempty" example:"toxic: worker crashed 3 times" doc:"Error of the last failed attempt"`
-	LastFailedAt  int64           `json:"last_failed_at,omitempty" doc:"When the last attempt failed (Unix ms)"`
-	Toxic         bool            `json:"toxic" doc:"Archived because it crashed its workers too often (DESIGN.md §6)"`
-	ToxicReason   string          `json:"toxic_reason,omitempty" example:"toxic: worker crashed 3 times" doc:"Why it is toxic"`
-	TimeoutS      float64         `json:"timeout_seconds,omitempty" doc:"Per-attempt timeout in seconds"`
-	Deadline      int64           `json:"deadline,omitempty" doc:"Deadline (Unix ms)"`
-	NextProcessAt int64           `json:"next_process_at,omitempty" doc:"When it is due to run (Unix ms; pending: when it was enqueued)"`
-	CompletedAt   int64           `json:"completed_at,omitempty" doc:"When it completed (Unix ms)"`
-	Orphaned      bool            `json:"orphaned,omitempty" doc:"Active, but its worker is gone (asynq recovers it after the lease)"`
+	Payload       json.RawMessage `json:"payload,omitempty" doc:"The payload, when it is JSON and shown whole"`
+	PayloadBase64 string          `json:"payload_base64,omitempty" doc:"The payload, base64-encoded, when it is not JSON and shown whole"`
+	PayloadSize   int             `json:"payload_size" example:"42" doc:"The payload's size in bytes"`
+	// A payload over the cap (a list's preview, a detail's max) is shown
+	// as its beginning, as text.
+	PayloadTruncated bool    `json:"payload_truncated,omitempty" doc:"The payload is longer than this answer shows (lists: a preview; a job's detail: up to its cap): payload_preview holds its beginning"`
+	PayloadPreview   string  `json:"payload_preview,omitempty" doc:"The beginning of a truncated payload, as text (bytes that are not UTF-8 replaced)"`
+	MaxRetry         int     `json:"max_retry" example:"25" doc:"Retries allowed for handler errors"`
+	Retried          int     `json:"retried" example:"0" doc:"Retries so far"`
+	LastError        string  `json:"last_error,omitempty" example:"toxic: worker crashed 3 times" doc:"Error of the last failed attempt"`
+	LastFailedAt     int64   `json:"last_failed_at,omitempty" doc:"When the last attempt failed (Unix ms)"`
+	Crashes          int     `json:"crashes" example:"0" doc:"Workers that died while running it (its crash counter; cleared when it is archived as toxic)"`
+	Toxic            bool    `json:"toxic" doc:"Archived because it crashed its workers too often (DESIGN.md §6)"`
+	ToxicReason      string  `json:"toxic_reason,omitempty" example:"toxic: worker crashed 3 times" doc:"Why it is toxic"`
+	TimeoutS         float64 `json:"timeout_seconds,omitempty" doc:"Per-attempt timeout in seconds"`
+	Deadline         int64   `json:"deadline,omitempty" doc:"Deadline (Unix ms)"`
+	NextProcessAt    int64   `json:"next_process_at,omitempty" doc:"When it is due to run (Unix ms; pending: when it was enqueued)"`
+	CompletedAt      int64   `json:"completed_at,omitempty" doc:"When it completed (Unix ms)"`
+	Orphaned         bool    `json:"orphaned,omitempty" doc:"Active, but its worker is gone (asynq recovers it after the lease)"`
 }
 
 // toxicPrefix starts the last error of a task archived as toxic.
 const toxicPrefix = "toxic:"
 
-func jobOf(t *asynq.TaskInfo) Job {
+// Caps of a job's last error: in lists, in a job's detail.
+const (
+	errorPreview = 1 << 10
+	errorMax     = 64 << 10
+)
+
+// jobOf is the job as the API shows it, its payload whole.
+func jobOf(t *asynq.TaskInfo) Job { return jobView(t, len(t.Payload), len(t.LastErr)) }
+
+// listView and detailView are the job as a list and a job's detail show it.
+func (s *server) listView(t *asynq.TaskInfo) Job {
+	return jobView(t, s.cfg.PayloadPreview, errorPreview)
+}
+
+func (s *server) detailView(t *asynq.TaskInfo) Job {
+	return jobView(t, s.cfg.MaxPayloadShown, errorMax)
+}
+
+// jobView shows at most payloadCap bytes of the payload and errCap of the
+// last error.
+func jobView(t *asynq.TaskInfo, payloadCap, errCap int) Job {
 	j := Job{
 		ID: t.ID, Queue: t.Queue, Type: t.Type, State: t.State.String(), MaxRetry: t.MaxRetry, Retried: t.Retried,
-		LastError: t.LastErr, LastFailedAt: unixMS(t.LastFailedAt), TimeoutS: t.Timeout.Seconds(),
+		LastError: clipText(t.LastErr, errCap), LastFailedAt: unixMS(t.LastFailedAt), TimeoutS: t.Timeout.Seconds(),
 		Deadline: unixMS(t.Deadline), NextProcessAt: unixMS(t.NextProcessAt), CompletedAt: unixMS(t.CompletedAt),
-		Orphaned: t.IsOrphaned,
+		Orphaned: t.IsOrphaned, PayloadSize: len(t.Payload),
 	}
-	if len(t.Payload) > 0 {
-		if json.Valid(t.Payload) {
-			j.Payload = json.RawMessage(t.Payload)
-		} else {
-			j.PayloadBase64 = base64.StdEncoding.EncodeToString(t.Payload)
-		}
+	switch {
+	case len(t.Payload) == 0:
+	case len(t.Payload) > payloadCap:
+		j.PayloadTruncated, j.PayloadPreview = true, prefixText(t.Payload, payloadCap)
+	case json.Valid(t.Payload):
+		j.Payload = json.RawMessage(t.Payload)
+	default:
+		j.PayloadBase64 = base64.StdEncoding.EncodeToString(t.Payload)
 	}
 	if t.State == asynq.TaskStateArchived && strings.HasPrefix(t.LastErr, toxicPrefix) {
-		j.Toxic, j.ToxicReason = true, t.LastErr
+		j.Toxic, j.ToxicReason = true, clipText(t.LastErr, errCap)
 	}
 	return j
+}
+
+// prefixText is at most n bytes of b from its start, as valid UTF-8 (cut
+// at a rune boundary, other bytes replaced).
+func prefixText(b []byte, n int) string {
+	b = b[:min(n, len(b))]
+	for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.Valid(b); i++ {
+		if r, _ := utf8.DecodeLastRune(b); r == utf8.RuneError {
+			b = b[:len(b)-1]
+		}
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// clipText cuts s to n bytes with a marker saying how much was dropped.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return prefixText([]byte(s), n) + " … [truncated " + strconv.Itoa(len(s)-n) + " bytes]"
 }
 
 func unixMS(t time.Time) int64 {
@@ -87,7 +137,7 @@ type JobList struct {
 	State    string `json:"state" example:"pending"`
 	Page     int    `json:"page" example:"1"`
 	PageSize int    `json:"page_size" example:"50"`
-	Jobs     []Job  `json:"jobs" nullable:"false"`
+	Jobs     []Job  `json:"jobs" nullable:"false" doc:"The jobs, each payload shown whole up to the preview size, else as its beginning (payload_truncated); the full payload is in the job's detail"`
 }
 
 // JobsOutput wraps JobList.
@@ -180,17 +230,87 @@ func (s *server) listJobs(ctx context.Context, in *ListJobsInput) (*JobsOutput, 
 	if list == nil {
 		return nil, huma.Error422UnprocessableEntity("unknown state " + in.State)
 	}
-	tasks, err := list(in.Queue, asynq.Page(in.Page), asynq.PageSize(in.PageSize))
+	tasks, err := s.readJobs(ctx, in.Queue, in.State, in.Page, in.PageSize, list)
 	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 		return nil, s.fail(ctx, "list "+in.State+" jobs of "+in.Queue, err)
 	}
 	out := &JobsOutput{}
 	out.Body.Queue, out.Body.State, out.Body.Page, out.Body.PageSize = in.Queue, in.State, in.Page, in.PageSize
-	out.Body.Jobs = make([]Job, len(tasks))
-	for i, t := range tasks {
-		out.Body.Jobs[i] = jobOf(t)
+	out.Body.Jobs = append(make([]Job, 0, len(tasks)), tasks...)
+	if err := s.withCrashes(ctx, in.Queue, out.Body.Jobs); err != nil {
+		return nil, s.fail(ctx, "read crash counters of "+in.Queue, err)
 	}
 	return out, nil
+}
+
+// withCrashes fills in the jobs' crash counters (one MGET: a queue's
+// per-task keys share its slot).
+func (s *server) withCrashes(ctx context.Context, q string, jobs []Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	keys := make([]string, len(jobs))
+	for i, j := range jobs {
+		keys[i] = s.store.Keys().JobCrashes(q, j.ID)
+	}
+	vals, err := s.store.Client().MGet(ctx, keys...).Result()
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		if str, ok := v.(string); ok {
+			jobs[i].Crashes, _ = strconv.Atoi(str)
+		}
+	}
+	return nil
+}
+
+// readJobs loads a page of jobs within the read budget: it measures the
+// page first (sizes only); a page that fits a quarter of the budget is
+// listed at once, a bigger one job by job, each shown as a preview as soon
+// as it is read, so that a page of huge payloads never sits in memory.
+func (s *server) readJobs(ctx context.Context, q, state string, page, size int, list func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error)) ([]Job, error) {
+	sizes, err := s.cfg.Queue.TaskSizes(ctx, q, state, page, size)
+	if err != nil {
+		return nil, err
+	}
+	var total int64
+	for _, t := range sizes {
+		total += t.Bytes
+	}
+	var out []Job
+	if total <= s.cfg.ReadBudget/4 {
+		if err := s.reads.Acquire(ctx, total); err != nil {
+			return nil, err
+		}
+		defer s.reads.Release(total)
+		tasks, err := list(q, asynq.Page(page), asynq.PageSize(size))
+		for _, t := range tasks {
+			out = append(out, s.listView(t))
+		}
+		return out, err
+	}
+	for _, sz := range sizes {
+		t, err := s.readTask(ctx, q, sz.ID, sz.Bytes)
+		switch {
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			continue // gone since the page was measured
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, s.listView(t))
+	}
+	return out, nil
+}
+
+// readTask loads one job of size bytes within the read budget.
+func (s *server) readTask(ctx context.Context, q, id string, size int64) (*asynq.TaskInfo, error) {
+	n := min(size, s.cfg.ReadBudget)
+	if err := s.reads.Acquire(ctx, n); err != nil {
+		return nil, err
+	}
+	defer s.reads.Release(n)
+	return s.insp.GetTaskInfo(q, id)
 }
 
 func (s *server) enqueue(ctx context.Context, in *EnqueueInput) (*CreatedJobOutput, error) {
@@ -241,7 +361,11 @@ func (s *server) task(ctx context.Context, in *JobParam) (*asynq.TaskInfo, error
 	if err := s.knownQueue(in.Queue); err != nil {
 		return nil, err
 	}
-	t, err := s.insp.GetTaskInfo(in.Queue, in.ID)
+	size, err := s.cfg.Queue.TaskSizeOf(ctx, in.Queue, in.ID)
+	if err != nil {
+		return nil, s.fail(ctx, "read job "+in.ID, err)
+	}
+	t, err := s.readTask(ctx, in.Queue, in.ID, size)
 	if errors.Is(err, asynq.ErrQueueNotFound) || errors.Is(err, asynq.ErrTaskNotFound) {
 		return nil, huma.Error404NotFound("no job " + in.ID + " in queue " + in.Queue)
 	}
@@ -256,7 +380,11 @@ func (s *server) getJob(ctx context.Context, in *JobParam) (*JobOutput, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &JobOutput{Body: jobOf(t)}, nil
+	j := []Job{s.detailView(t)}
+	if err := s.withCrashes(ctx, in.Queue, j); err != nil {
+		return nil, s.fail(ctx, "read the crash counter of job "+in.ID, err)
+	}
+	return &JobOutput{Body: j[0]}, nil
 }
 
 // refuse is the 409 of an action the job's state does not allow.
@@ -305,8 +433,8 @@ func (s *server) cancelJob(ctx context.Context, in *JobParam) (*JobActionOutput,
 func (s *server) jobActionResult(ctx context.Context, in *JobParam, action, msg string) (*JobActionOutput, error) {
 	s.announce(ctx, jobTopic(in.Queue, in.ID), action, in.ID, msg)
 	r := JobAction{Action: action, Message: msg}
-	if t, err := s.insp.GetTaskInfo(in.Queue, in.ID); err == nil {
-		j := jobOf(t)
+	if t, err := s.task(ctx, in); err == nil {
+		j := s.detailView(t)
 		r.Job = &j
 	}
 	return &JobActionOutput{Body: r}, nil

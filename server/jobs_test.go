@@ -206,3 +206,29 @@ func (slogLogger) Info(...any)  {}
 func (slogLogger) Warn(...any)  {}
 func (slogLogger) Error(...any) {}
 func (slogLogger) Fatal(...any) {}
+
+// TestJobCrashCount: a job's crash counter (vigil:job:{q}:<id>:crashes,
+// written by the worker runtime when a worker dies running it) shows in
+// the job's detail and in the list; a job without one shows 0.
+func TestJobCrashCount(t *testing.T) {
+	h := newHarness(t, setup{})
+	crashed := decode[server.Job](t, h.post("/api/v1/queues/"+h.q1+"/jobs", `{"type":"t","payload":1}`), http.StatusCreated)
+	calm := decode[server.Job](t, h.post("/api/v1/queues/"+h.q1+"/jobs", `{"type":"t","payload":2}`), http.StatusCreated)
+	if err := h.redis.Client.Set(ctx(t), h.store.Keys().JobCrashes(h.q1, crashed.ID), 2, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if j := decode[server.Job](t, h.get("/api/v1/jobs/"+h.q1+"/"+crashed.ID), http.StatusOK); j.Crashes != 2 {
+		t.Errorf("crashed job's detail: crashes = %d, want 2", j.Crashes)
+	}
+	if j := decode[server.Job](t, h.get("/api/v1/jobs/"+h.q1+"/"+calm.ID), http.StatusOK); j.Crashes != 0 {
+		t.Errorf("calm job's detail: crashes = %d, want 0", j.Crashes)
+	}
+	b := decode[jobsBody](t, h.get("/api/v1/queues/"+h.q1+"/jobs?state=pending"), http.StatusOK)
+	got := map[string]int{}
+	for _, j := range b.Jobs {
+		got[j.ID] = j.Crashes
+	}
+	if len(got) != 2 || got[crashed.ID] != 2 || got[calm.ID] != 0 {
+		t.Errorf("list: crashes by job = %v, want %s:2 %s:0", got, crashed.ID, calm.ID)
+	}
+}

@@ -12,11 +12,8 @@ import (
 func (s *server) metricsHandler() http.Handler {
 	h := s.cfg.Metrics.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if status, msg := s.authorize(r, accessRead); status != 0 {
-			if status == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="vigil"`)
-			}
-			writeProblem(w, status, msg)
+		if f := s.authorize(r, accessRead); f != nil {
+			s.refuse(w, f)
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -13,12 +13,17 @@ const APIVersion = "1.0.0"
 
 const apiDescription = `Vigil's admin API: the supervised workers, their queues and jobs.
 
-**Auth.** A bearer token (config ` + "`token`" + ` / ` + "`VIGIL_TOKEN`" + `) is required on every
-mutating operation and, with ` + "`auth_reads: true`" + `, on reads. Missing or wrong: 401.
-` + "`read_only: true`" + ` answers 403 to every mutation. With no token configured, mutations
-are accepted only from loopback clients. The dashboard exchanges the token for an HttpOnly
-session cookie (` + "`POST /api/v1/session`" + `), accepted like the header; cookie-authenticated
-mutations must come from the same origin.
+**Auth.** A bearer token (config ` + "`token`" + ` / ` + "`VIGIL_TOKEN`" + ` / ` + "`VIGIL_TOKEN_FILE`" + `) is required on
+every mutating operation and, with ` + "`auth_reads: true`" + `, on reads. Missing or wrong: 401; after
+too many wrong tokens from one client, 429 with Retry-After. ` + "`read_only: true`" + ` answers 403 to
+every mutation. With no token configured, a mutation (and the session route) is accepted only
+from this host: the TCP peer is loopback, the Host header names a loopback address, ` + "`localhost`" + `
+or the listen address, and no ` + "`Forwarded`" + `, ` + "`X-Forwarded-For`" + ` or ` + "`X-Real-IP`" + ` header is present;
+otherwise 403 (set a token). Forwarding headers are believed only from ` + "`trusted_proxies`" + `.
+The dashboard exchanges the token for an HttpOnly, SameSite=Strict session cookie
+(` + "`POST /api/v1/session`" + `; Secure over TLS or behind a trusted proxy that says https), accepted
+like the header until it expires or ` + "`DELETE /api/v1/session`" + ` ends it; a cookie-authenticated
+mutation needs ` + "`Sec-Fetch-Site: same-origin`" + ` or an ` + "`Origin`" + ` naming this server.
 
 **Errors** are RFC 9457 problem details (` + "`application/problem+json`" + `).
 
@@ -32,6 +37,7 @@ var tags = []*huma.Tag{
 	{Name: "queues", Description: "Queue statistics and pause/resume."},
 	{Name: "jobs", Description: "Enqueue, look up, retry, cancel and delete jobs."},
 	{Name: "cluster", Description: "Hosts, pool sizes, drain and rolling restarts."},
+	{Name: "schedules", Description: "Periodic tasks: enqueued by the leader, each tick exactly once across leader changes."},
 	{Name: "session", Description: "The dashboard's session cookie."},
 	{Name: "events", Description: "Live events (server-sent events) of the whole cluster."},
 }
@@ -42,12 +48,15 @@ func route[I, O any](api huma.API, a access, op huma.Operation, h func(context.C
 	switch a {
 	case accessOpen:
 		op.Security = securityOpen
+	case accessSession:
+		op.Security = securityOpen
+		op.Errors = append(op.Errors, http.StatusForbidden, http.StatusTooManyRequests)
 	case accessRead:
 		op.Security = securityRead
-		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
 	case accessWrite:
 		op.Security = securityWrite
-		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
 	}
 	slices.Sort(op.Errors)
 	op.Errors = slices.Compact(op.Errors)
@@ -63,7 +72,9 @@ func (s *server) register(api huma.API) {
 	s.registerJobs(api)
 	s.registerSession(api)
 	s.registerCluster(api)
+	s.registerSchedules(api)
 	s.registerEvents(api)
+	s.registerHistory(api)
 }
 
 // withBody caps op's request body at max_body.

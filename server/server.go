@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -14,11 +15,13 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/hibiken/asynq"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
 	"github.com/vigil-dev/vigil/metrics"
 	"github.com/vigil-dev/vigil/queue"
+	"github.com/vigil-dev/vigil/schedule"
 	"github.com/vigil-dev/vigil/web"
 )
 
@@ -30,6 +33,14 @@ const (
 	ReadyTimeout = time.Second
 	// BodyReadTimeout bounds reading one request body.
 	BodyReadTimeout = 30 * time.Second
+	// PayloadPreviewDefault is how much of a job's payload a job list shows.
+	PayloadPreviewDefault = 1 << 10
+	// MaxPayloadShownDefault is how much of a job's payload its detail
+	// shows.
+	MaxPayloadShownDefault = 1 << 20
+	// ReadBudgetDefault bounds the bytes of jobs all requests together load
+	// from Redis at once.
+	ReadBudgetDefault = 16 << 20
 )
 
 // Supervisor is what the server needs of supervisor.Supervisor: the
@@ -57,15 +68,37 @@ type Config struct {
 	// Queues are the configured pools' queues; other queues answer 404.
 	Queues []string
 
-	// Token is the bearer token ("" = none: mutations only from loopback).
+	// Token is the bearer token ("" = none: mutations only from this host,
+	// see DESIGN.md §7).
 	Token     string
 	AuthReads bool
 	ReadOnly  bool
+	// ListenHosts are the host names (or addresses) this server is reached
+	// by besides loopback addresses and localhost, e.g. the listen
+	// address's host: without a token, a mutation's Host header must name
+	// one of these.
+	ListenHosts []string
+	// TrustedProxies are the reverse proxies (CIDRs) whose X-Forwarded-For
+	// and X-Forwarded-Proto are believed; from any other peer they are
+	// ignored.
+	TrustedProxies []netip.Prefix
+	// CookieSecure marks the session cookie Secure always (it is anyway
+	// over TLS, or behind a trusted proxy that says https).
+	CookieSecure bool
 	// MaxBody caps request bodies (bytes, default MaxBodyDefault).
 	MaxBody int64
 	// MaxPayload caps an enqueued job's payload (bytes, default
 	// queue.MaxPayloadDefault; the body cap applies too).
 	MaxPayload int
+	// PayloadPreview is how many bytes of a job's payload a job list shows
+	// (the rest: payload_truncated, payload_size); MaxPayloadShown the same
+	// for a job's detail (defaults PayloadPreviewDefault,
+	// MaxPayloadShownDefault).
+	PayloadPreview  int
+	MaxPayloadShown int
+	// ReadBudget bounds the bytes of jobs that all requests together load
+	// from Redis at once (ReadBudgetDefault): a request past it waits.
+	ReadBudget int64
 	// TaskTimeouts are the pools' task timeouts, given to jobs enqueued
 	// without one.
 	TaskTimeouts map[string]time.Duration
@@ -83,6 +116,11 @@ type Config struct {
 
 	// Metrics, if set, is served at GET /metrics.
 	Metrics *metrics.Metrics
+	// Schedules reads and changes the periodic tasks (package schedule);
+	// nil: a store on Store for the configured Queues, with the default
+	// settings. Firing them is the leader's Scheduler's job, not the
+	// server's.
+	Schedules *schedule.Store
 
 	Logger *slog.Logger
 	Clock  clock.Clock
@@ -93,6 +131,9 @@ func (c Config) withDefaults() Config {
 	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
 	c.Version = cmp.Or(c.Version, APIVersion)
 	c.MaxPoolSize = cmp.Or(c.MaxPoolSize, 1000)
+	c.PayloadPreview = cmp.Or(c.PayloadPreview, PayloadPreviewDefault)
+	c.MaxPayloadShown = cmp.Or(c.MaxPayloadShown, MaxPayloadShownDefault)
+	c.ReadBudget = cmp.Or(c.ReadBudget, ReadBudgetDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -114,6 +155,8 @@ func (c Config) validate() error {
 		return errors.New("server: Config.Store is required")
 	case c.MaxBody < 0 || c.MaxPayload < 0 || c.SessionTTL < 0:
 		return errors.New("server: MaxBody, MaxPayload and SessionTTL must be >= 0")
+	case c.PayloadPreview < 0 || c.MaxPayloadShown < c.PayloadPreview || c.ReadBudget < int64(c.MaxPayloadShown):
+		return errors.New("server: want 0 <= PayloadPreview <= MaxPayloadShown <= ReadBudget")
 	case c.BasePath != "" && (c.BasePath[0] != '/' || c.BasePath[len(c.BasePath)-1] == '/'):
 		return fmt.Errorf("server: BasePath %q must start with / and not end with one", c.BasePath)
 	}
@@ -154,12 +197,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &server{
-		cfg:   cfg,
-		store: cfg.Store,
-		log:   cfg.Logger,
-		insp:  asynq.NewInspectorFromRedisClient(cfg.Store.Client()),
+		cfg:    cfg,
+		store:  cfg.Store,
+		log:    cfg.Logger,
+		logins: newLoginGuard(cfg.Logger),
+		reads:  semaphore.NewWeighted(cfg.ReadBudget),
+		insp:   asynq.NewInspectorFromRedisClient(cfg.Store.Client()),
 		jobs: queue.NewClient(cfg.Store, queue.ClientConfig{Queues: cfg.Queues, MaxPayload: cfg.MaxPayload,
 			TaskTimeouts: cfg.TaskTimeouts, Logger: cfg.Logger, Clock: cfg.Clock}),
+		schedules: cfg.Schedules,
+	}
+	if s.schedules == nil {
+		s.schedules = schedule.NewStore(cfg.Store, schedule.StoreConfig{Queues: cfg.Queues, MaxPayload: cfg.MaxPayload,
+			TaskTimeouts: cfg.TaskTimeouts, Clock: cfg.Clock, Logger: cfg.Logger})
 	}
 	hw := newHealthWatcher(s)
 	s.broker = newBroker(cfg.SSE, cfg.Store, cfg.Logger, cfg.Clock, s.snapshot, hw.notify)
@@ -188,6 +238,12 @@ type server struct {
 	jobs  *queue.Client
 	// broker serves GET /api/v1/events (nil in Spec).
 	broker *broker
+	// logins throttles and logs wrong tokens.
+	logins *loginGuard
+	// reads is the ReadBudget of job reads.
+	reads *semaphore.Weighted
+	// schedules are the periodic tasks.
+	schedules *schedule.Store
 }
 
 // Spec returns the OpenAPI document of the API as New serves it at the

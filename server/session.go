@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"time"
 
@@ -32,21 +34,22 @@ type SessionOutput struct {
 }
 
 func (s *server) registerSession(api huma.API) {
-	route(api, accessOpen, s.withBody(huma.Operation{
+	route(api, accessSession, s.withBody(huma.Operation{
 		OperationID: "create-session", Method: http.MethodPost, Path: "/api/v1/session", Tags: []string{"session"},
 		Summary:     "Start a dashboard session",
-		Description: "Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.",
+		Description: "Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).",
 		Errors:      []int{http.StatusUnauthorized},
 	}), s.createSession)
-	route(api, accessOpen, huma.Operation{
+	route(api, accessSession, huma.Operation{
 		OperationID: "delete-session", Method: http.MethodDelete, Path: "/api/v1/session", Tags: []string{"session"},
 		Summary:     "End the dashboard session",
-		Description: "Clears the session cookie.",
+		Description: "Ends the session on the server (its cookie is no longer accepted anywhere) and clears the cookie.",
 	}, s.deleteSession)
 }
 
-func (s *server) cookie(value string, exp time.Time) string {
-	c := &http.Cookie{Name: SessionCookie, Value: value, Path: s.cfg.BasePath + "/", HttpOnly: true, SameSite: http.SameSiteStrictMode}
+func (s *server) cookie(value string, exp time.Time, secure bool) string {
+	c := &http.Cookie{Name: SessionCookie, Value: value, Path: s.cfg.BasePath + "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure || s.cfg.CookieSecure}
 	if value == "" {
 		c.MaxAge = -1
 	} else {
@@ -56,20 +59,35 @@ func (s *server) cookie(value string, exp time.Time) string {
 	return c.String()
 }
 
-func (s *server) createSession(_ context.Context, in *SessionInput) (*SessionOutput, error) {
+func (s *server) createSession(ctx context.Context, in *SessionInput) (*SessionOutput, error) {
 	if s.cfg.Token == "" {
 		return &SessionOutput{Body: Session{Authenticated: false, AuthRequired: false}}, nil
 	}
+	ri := requestInfo(ctx)
 	if !s.tokenOK(in.Body.Token) {
+		s.logins.failed(ri.client, "session", s.cfg.Clock.Now())
 		return nil, huma.Error401Unauthorized("wrong token")
 	}
-	exp := s.cfg.Clock.Now().Add(s.cfg.SessionTTL).Truncate(time.Second)
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	nonce := hex.EncodeToString(b[:])
+	now := s.cfg.Clock.Now()
+	exp := now.Add(s.cfg.SessionTTL).Truncate(time.Second)
+	if err := s.store.Client().Set(ctx, s.store.Keys().Session(nonce), ri.client, exp.Sub(now)).Err(); err != nil {
+		return nil, s.fail(ctx, "store the session", err)
+	}
 	return &SessionOutput{
-		SetCookie: s.cookie(s.sessionValue(exp), exp),
+		SetCookie: s.cookie(s.sessionValue(exp, nonce), exp, ri.https),
 		Body:      Session{Authenticated: true, AuthRequired: true, ExpiresAt: exp.UnixMilli()},
 	}, nil
 }
 
-func (s *server) deleteSession(context.Context, *struct{}) (*SessionOutput, error) {
-	return &SessionOutput{SetCookie: s.cookie("", time.Time{}), Body: Session{AuthRequired: s.cfg.Token != ""}}, nil
+func (s *server) deleteSession(ctx context.Context, _ *struct{}) (*SessionOutput, error) {
+	ri := requestInfo(ctx)
+	if nonce, ok := s.sessionNonce(ri.cookie); ok {
+		if err := s.store.Client().Del(ctx, s.store.Keys().Session(nonce)).Err(); err != nil {
+			return nil, s.fail(ctx, "end the session", err)
+		}
+	}
+	return &SessionOutput{SetCookie: s.cookie("", time.Time{}, ri.https), Body: Session{AuthRequired: s.cfg.Token != ""}}, nil
 }

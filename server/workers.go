@@ -12,25 +12,27 @@ import (
 // Worker is one component as the API shows it (health.WorkerView, with
 // the docs of the spec).
 type Worker struct {
-	Component        string `json:"component" example:"worker:tag:0" doc:"Component id, worker:<queue>:<slot>"`
-	ID               int    `json:"id" example:"0" doc:"Slot number within the pool"`
-	QueueType        string `json:"queue_type" example:"tag" doc:"The queue the worker consumes"`
-	Status           string `json:"status" enum:"starting,healthy,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (DESIGN.md §4)"`
-	Reason           string `json:"reason,omitempty" example:"exit code 1" doc:"Why it is in this status"`
-	Held             bool   `json:"held" doc:"Stopped by an operator: not started again until an operator restart"`
-	Host             string `json:"host,omitempty" example:"box-1" doc:"Host that runs it"`
-	PID              int    `json:"pid,omitempty" example:"4242" doc:"Process id on that host"`
-	CurrentJob       string `json:"current_job,omitempty" doc:"Task the worker runs now, if any"`
-	ExitCode         *int   `json:"exit_code,omitempty" example:"1" doc:"Code of the last exit (-1 unknown, -2 heartbeat timeout, -3 invalid heartbeat, 128+N signal N)"`
-	Signal           string `json:"signal,omitempty" example:"SIGKILL" doc:"Signal that ended the last process, if any"`
-	RestartCount     int    `json:"restart_count" example:"0" doc:"Consecutive counted restarts"`
-	LifetimeRestarts int    `json:"lifetime_restarts" example:"3" doc:"Counted restarts since the last reset"`
-	StartedAt        int64  `json:"started_at,omitempty" example:"1790000000000" doc:"Start of the current process (Unix ms)"`
-	LastHeartbeat    int64  `json:"last_heartbeat,omitempty" example:"1790000005000" doc:"Last heartbeat (Unix ms)"`
-	HealthySince     int64  `json:"healthy_since,omitempty" example:"1790000001000" doc:"Healthy without interruption since (Unix ms)"`
-	UpdatedAt        int64  `json:"updated_at,omitempty" example:"1790000001000" doc:"Last change of the record (Unix ms)"`
-	FailedAt         int64  `json:"failed_at,omitempty" doc:"When it was marked failed (Unix ms)"`
-	FailureReason    string `json:"failure_reason,omitempty" example:"5 crashes within 5m0s" doc:"Why it was marked failed"`
+	Component        string  `json:"component" example:"worker:tag:0" doc:"Component id, worker:<queue>:<slot>"`
+	ID               int     `json:"id" example:"0" doc:"Slot number within the pool"`
+	QueueType        string  `json:"queue_type" example:"tag" doc:"The queue the worker consumes"`
+	Status           string  `json:"status" enum:"starting,healthy,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (DESIGN.md §4)"`
+	Reason           string  `json:"reason,omitempty" example:"exit code 1" doc:"Why it is in this status"`
+	Held             bool    `json:"held" doc:"Stopped by an operator: not started again until an operator restart"`
+	Host             string  `json:"host,omitempty" example:"box-1" doc:"Host that runs it"`
+	PID              int     `json:"pid,omitempty" example:"4242" doc:"Process id on that host"`
+	CurrentJob       string  `json:"current_job,omitempty" doc:"Task the worker runs now, if any"`
+	ExitCode         *int    `json:"exit_code,omitempty" example:"1" doc:"Code of the last exit (-1 unknown, -2 heartbeat timeout, -3 invalid heartbeat, 128+N signal N)"`
+	Signal           string  `json:"signal,omitempty" example:"SIGKILL" doc:"Signal that ended the last process, if any"`
+	RestartCount     int     `json:"restart_count" example:"0" doc:"Consecutive counted restarts"`
+	LifetimeRestarts int     `json:"lifetime_restarts" example:"3" doc:"Counted restarts since the last reset"`
+	StartedAt        int64   `json:"started_at,omitempty" example:"1790000000000" doc:"Start of the current process (Unix ms)"`
+	LastHeartbeat    int64   `json:"last_heartbeat,omitempty" example:"1790000005000" doc:"Last heartbeat (Unix ms)"`
+	HealthySince     int64   `json:"healthy_since,omitempty" example:"1790000001000" doc:"Healthy without interruption since (Unix ms)"`
+	UpdatedAt        int64   `json:"updated_at,omitempty" example:"1790000001000" doc:"Last change of the record (Unix ms)"`
+	FailedAt         int64   `json:"failed_at,omitempty" doc:"When it was marked failed (Unix ms)"`
+	FailureReason    string  `json:"failure_reason,omitempty" example:"5 crashes within 5m0s" doc:"Why it was marked failed"`
+	LastRestart      int64   `json:"last_restart,omitempty" example:"1790000000500" doc:"When the last counted restart was decided (Unix ms)"`
+	RecentCrashes    []int64 `json:"recent_crashes,omitempty" example:"[1790000000000]" doc:"Times of the counted crashes in the restart policy's window, oldest first (Unix ms): the window the policy judges"`
 }
 
 func workerOf(c health.Component) Worker { return Worker(c.View()) }

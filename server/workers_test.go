@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/server"
@@ -17,9 +19,11 @@ func TestListAndGetWorkers(t *testing.T) {
 	h := newHarness(t, setup{})
 	failed := health.ComponentID{Queue: h.q1, Slot: 1}
 	h.seed(h.id(0), health.StatusHealthy, nil)
+	crashes := []time.Time{time.UnixMilli(1790000000000), time.UnixMilli(1790000030000)}
 	h.seed(failed, health.StatusFailed, func(c *health.Component) {
 		c.PID, c.HasExit, c.ExitCode, c.Reason = 0, true, 3, "exit code 3"
 		c.Restarts.LifetimeRestarts, c.Restarts.FailureReason = 4, "5 crashes within 5m0s"
+		c.Restarts.Crashes, c.Restarts.LastRestart = crashes, time.UnixMilli(1790000030500)
 	})
 
 	list := decode[workersBody](t, h.get("/api/v1/workers"), http.StatusOK)
@@ -29,6 +33,14 @@ func TestListAndGetWorkers(t *testing.T) {
 	w := decode[server.Worker](t, h.get("/api/v1/workers/"+failed.String()), http.StatusOK)
 	if w.Status != "failed" || w.ExitCode == nil || *w.ExitCode != 3 || w.LifetimeRestarts != 4 || w.FailureReason == "" || w.QueueType != h.q1 || w.ID != 1 {
 		t.Errorf("worker = %+v", w)
+	}
+	// Its restart history: the crash window the policy judges, and the
+	// last counted restart.
+	if !slices.Equal(w.RecentCrashes, []int64{1790000000000, 1790000030000}) || w.LastRestart != 1790000030500 {
+		t.Errorf("restart history: recent_crashes %v, last_restart %d", w.RecentCrashes, w.LastRestart)
+	}
+	if list.Workers[0].RecentCrashes != nil || list.Workers[0].LastRestart != 0 {
+		t.Errorf("a worker that never crashed: %+v", list.Workers[0])
 	}
 	// Escaped colons are the same id.
 	decode[server.Worker](t, h.get("/api/v1/workers/"+strings.ReplaceAll(failed.String(), ":", "%3A")), http.StatusOK)

@@ -2,10 +2,13 @@ package web
 
 import (
 	"bytes"
+	"compress/gzip"
 	"embed"
 	"io/fs"
 	"net/http"
 	"path"
+	"slices"
+	"strings"
 	"time"
 
 	swaggerfiles "github.com/swaggo/files/v2"
@@ -63,21 +66,43 @@ func Docs() http.Handler {
 	})
 }
 
-// Home serves the dashboard's page at "/". It loads its script and
-// stylesheet from dashboard/<file> (Dashboard) and its data from the API,
+// Home serves the dashboard's page at "/". It loads its scripts and
+// stylesheets from dashboard/<file> (Dashboard) and its data from the API,
 // paths relative to where it is mounted.
 func Home() http.Handler {
-	page := mustRead("dashboard/index.html")
+	page := newAsset("dashboard/index.html", "text/html; charset=utf-8")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		secure(w)
-		serve(w, r, "index.html", "text/html; charset=utf-8", page, false)
+		page.serve(w, r, "index.html")
 	})
 }
 
-// dashboardAssets are the files of the dashboard besides its page.
-var dashboardAssets = map[string]string{
-	"app.js":  "text/javascript; charset=utf-8",
-	"app.css": "text/css; charset=utf-8",
+// dashboardAssets are the files of the dashboard besides its page, by the
+// name they are served under: its own, and the vendored charting library
+// (dashboard/vendor/uplot, see its README).
+var dashboardAssets = map[string]*asset{
+	"app.js":            newAsset("dashboard/app.js", jsType),
+	"dom.js":            newAsset("dashboard/dom.js", jsType),
+	"fields.js":         newAsset("dashboard/fields.js", jsType),
+	"charts.js":         newAsset("dashboard/charts.js", jsType),
+	"app.css":           newAsset("dashboard/app.css", cssType),
+	"uPlot.iife.min.js": newAsset("dashboard/vendor/uplot/uPlot.iife.min.js", jsType),
+	"uPlot.min.css":     newAsset("dashboard/vendor/uplot/uPlot.min.css", cssType),
+}
+
+const (
+	jsType  = "text/javascript; charset=utf-8"
+	cssType = "text/css; charset=utf-8"
+)
+
+// DashboardAssets names the files Dashboard serves.
+func DashboardAssets() []string {
+	names := make([]string, 0, len(dashboardAssets))
+	for n := range dashboardAssets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Dashboard serves the dashboard's assets at dashboard/<file>.
@@ -85,13 +110,53 @@ func Dashboard() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		secure(w)
 		name := path.Base(r.URL.Path)
-		ctype, ok := dashboardAssets[name]
+		a, ok := dashboardAssets[name]
 		if !ok {
 			http.NotFound(w, r)
 			return
 		}
-		serve(w, r, name, ctype, mustRead("dashboard/"+name), false)
+		a.serve(w, r, name)
 	})
+}
+
+// asset is an embedded file of the dashboard, also gzipped (once, at
+// start) for the browsers that accept it.
+type asset struct {
+	ctype     string
+	raw, gzip []byte
+}
+
+func newAsset(name, ctype string) *asset {
+	raw := mustRead(name)
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	_, _ = zw.Write(raw) // to memory: cannot fail
+	_ = zw.Close()
+	return &asset{ctype: ctype, raw: raw, gzip: buf.Bytes()}
+}
+
+func (a *asset) serve(w http.ResponseWriter, r *http.Request, name string) {
+	w.Header().Add("Vary", "Accept-Encoding")
+	b := a.raw
+	if acceptsGzip(r) && r.Header.Get("Range") == "" {
+		w.Header().Set("Content-Encoding", "gzip")
+		b = a.gzip
+	}
+	serve(w, r, name, a.ctype, b, false)
+}
+
+// acceptsGzip reads Accept-Encoding: gzip listed without q=0.
+func acceptsGzip(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept-Encoding") {
+		for part := range strings.SplitSeq(v, ",") {
+			coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+				q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+				return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+			}
+		}
+	}
+	return false
 }
 
 func secure(w http.ResponseWriter) {
