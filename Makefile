@@ -20,7 +20,7 @@ EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
 REDOCLY  ?= npx -y @redocly/cli@2
 FUZZTIME ?= 20s
 
-.PHONY: help run test test-redis chaos build lint openapi bench bench-short fuzz e2e dashboard-png clean cgo-check redis-server-check
+.PHONY: help run test test-redis chaos explore build lint openapi bench bench-short fuzz e2e dashboard-png vendor-uplot clean cgo-check redis-server-check
 
 help: ## list the targets
 	@printf 'Usage: make <target>\n\nTargets:\n'
@@ -50,6 +50,18 @@ chaos: cgo-check ## the chaos scenarios at full size (~10 min; VIGIL_CHAOS_OUTAG
 	@out=$$(mktemp /tmp/vigil-chaos.XXXXXX); echo "make chaos: the whole output goes to $$out"; \
 	VIGIL_CHAOS=1 $(GO) test -race -count=1 -timeout 60m -v ./chaos/ 2>&1 | tee "$$out" | \
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|RESULT|_test\.go:[0-9]+:'
+
+# The fault explorer (RELIABILITY.md, "Fault explorer") starts its own
+# redis-server processes when REDIS is redis-server or mixed. It replays
+# explore/testdata/seeds.txt first and appends every new failing seed to it.
+SEEDS  ?= 100
+REDIS  ?= mixed
+J      ?= 2
+RECORD ?= 1
+explore: cgo-check ## the fault explorer: random fault schedules, invariants checked (SEEDS=100, SEED=s replays one, BUDGET=10m, REDIS=miniredis|redis-server|mixed, J=2 at a time, MINIMIZE=inv with SEED, RECORD=0 not to append failing seeds)
+	@$(MAKE) redis-server-check
+	$(GO) run ./explore/cmd/explore -replay explore/testdata/seeds.txt $(if $(filter 1,$(RECORD)),-record) -redis $(REDIS) -j $(J) -seeds $(SEEDS) \
+		$(if $(SEED),-seed $(SEED)) $(if $(BUDGET),-budget $(BUDGET)) $(if $(MINIMIZE),-minimize $(MINIMIZE))
 
 build: ## build bin/vigil, stamped with VERSION (git describe, else dev)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/vigil ./cmd/vigil
@@ -99,9 +111,12 @@ e2e: ## browser test: vigil demo's dashboard in headless Chromium (screenshot in
 	@mkdir -p $(E2E_OUT)
 	$(GO) test -tags e2e -count=1 -v -artifacts -outputdir $(abspath $(E2E_OUT)) ./e2e/
 
-dashboard-png: ## refresh docs/dashboard.png (the README's picture) with a run of the browser test
+dashboard-png: ## refresh docs/dashboard*.png (the README's pictures of each view) with a run of the browser test (~2 min: the charts fill first)
 	@mkdir -p docs $(E2E_OUT)
-	VIGIL_E2E_SCREENSHOT=$(abspath docs/dashboard.png) $(GO) test -tags e2e -count=1 -artifacts -outputdir $(abspath $(E2E_OUT)) ./e2e/
+	VIGIL_E2E_DOCS=$(abspath docs) $(GO) test -tags e2e -count=1 -run '^TestDashboard$$' -artifacts -outputdir $(abspath $(E2E_OUT)) ./e2e/
+
+vendor-uplot: ## fetch the dashboard's charting library (uPlot, pinned) from the npm registry into web/dashboard/vendor/uplot
+	scripts/vendor-uplot
 
 clean: ## remove build outputs and the test cache
 	rm -rf bin dist

@@ -61,6 +61,9 @@ type Metrics struct {
 	sseEvents    prometheus.Counter
 	sseDropped   prometheus.Counter
 	alertResults *prometheus.CounterVec
+	truncated    *prometheus.CounterVec
+	schedFires   *prometheus.CounterVec
+	schedLag     prometheus.Histogram
 }
 
 // New registers Vigil's collectors on cfg.Registry (or a new registry).
@@ -103,13 +106,21 @@ func New(cfg Config) (*Metrics, error) {
 			Help: "SSE clients disconnected for falling too far behind."}),
 		alertResults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_alerts_total",
 			Help: "Webhook alerts by result (sent, failed, dropped)."}, []string{"result"}),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_worker_output_truncated_total",
+			Help: "Worker output lines longer than the line limit, cut with a marker, by queue."}, []string{"queue"}),
+		schedFires: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_schedule_fires_total",
+			Help: "Ticks and triggers of schedules decided by this host, by schedule and result (enqueued; duplicate: the unique option's lock was held; conflict: a task with the tick's id existed; skipped: a missed tick its catch-up policy skipped)."},
+			[]string{"schedule", "result"}),
+		schedLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "vigil_schedule_lag_seconds",
+			Help:    "From a schedule's tick to its task enqueued, on this host (missed ticks caught up included).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vigil_build_info",
 		Help:        "Always 1; labels name the build.",
 		ConstLabels: prometheus.Labels{"version": cmp.Or(cfg.Version, "dev"), "goversion": runtime.Version(), "asynq": queue.AsynqVersion}})
 	build.Set(1)
 	cs := []prometheus.Collector{m.crashes, m.restarts, m.failed, m.detection, m.recovered, m.hostsLost,
-		m.sseClients, m.sseEvents, m.sseDropped, m.alertResults, build,
+		m.sseClients, m.sseEvents, m.sseDropped, m.alertResults, m.truncated, m.schedFires, m.schedLag, build,
 		processCounters{queue.DefaultMetrics}}
 	if cfg.Store != nil {
 		cs = append(cs, newRedisCollector(cfg))
@@ -170,6 +181,28 @@ func (m *Metrics) Recovered(queue, reason string, n int) {
 func (m *Metrics) HostLost() {
 	if m != nil {
 		m.hostsLost.Inc()
+	}
+}
+
+// OutputTruncated counts a worker output line cut at the line limit.
+func (m *Metrics) OutputTruncated(queue string) {
+	if m != nil {
+		m.truncated.WithLabelValues(queue).Inc()
+	}
+}
+
+// ScheduleFires counts n ticks (or triggers) of a schedule by result
+// (package schedule's Metrics).
+func (m *Metrics) ScheduleFires(schedule, result string, n int) {
+	if m != nil && n > 0 {
+		m.schedFires.WithLabelValues(schedule, result).Add(float64(n))
+	}
+}
+
+// ScheduleLag observes the time from a tick to its enqueue.
+func (m *Metrics) ScheduleLag(d time.Duration) {
+	if m != nil {
+		m.schedLag.Observe(max(d, 0).Seconds())
 	}
 }
 

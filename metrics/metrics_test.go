@@ -179,3 +179,27 @@ func TestNilMetricsDoNothing(t *testing.T) {
 	m.SSELagged()
 	m.Alert("sent")
 }
+
+func TestScheduleMetrics(t *testing.T) {
+	m, err := metrics.New(metrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ScheduleFires("nightly", "enqueued", 1)
+	m.ScheduleFires("nightly", "skipped", 14)
+	m.ScheduleFires("nightly", "skipped", 0)
+	m.ScheduleLag(3 * time.Millisecond)
+	fams := scrape(t, m.Handler())
+	if v, _ := value(fams, "vigil_schedule_fires_total", map[string]string{"schedule": "nightly", "result": "enqueued"}); v != 1 {
+		t.Errorf("enqueued %v", v)
+	}
+	if v, _ := value(fams, "vigil_schedule_fires_total", map[string]string{"schedule": "nightly", "result": "skipped"}); v != 14 {
+		t.Errorf("skipped %v", v)
+	}
+	if n, _ := value(fams, "vigil_schedule_lag_seconds", nil); n != 1 {
+		t.Errorf("lag observations %v", n)
+	}
+	var nilM *metrics.Metrics
+	nilM.ScheduleFires("x", "enqueued", 1)
+	nilM.ScheduleLag(time.Second)
+}

@@ -30,6 +30,14 @@ var (
 	abortedDesc      = prometheus.NewDesc("vigil_worker_shutdown_requeues_total", "Jobs requeued because the worker's shutdown outlasted them (aborted:shutdown).", wLabels, nil)
 	pausesDesc       = prometheus.NewDesc("vigil_worker_backpressure_pauses_total", "Times backpressure stopped the worker's dequeuing.", wLabels, nil)
 	acquireFailsDesc = prometheus.NewDesc("vigil_worker_atomic_acquire_failures_total", "Dequeues (the atomic pending to active step) that failed with an error.", wLabels, nil)
+	unreachableDesc  = prometheus.NewDesc("vigil_worker_redis_unreachable_total", "Times the worker lost Redis (a command got no reply): it then takes no task until Redis answers.", wLabels, nil)
+	slowDesc         = prometheus.NewDesc("vigil_worker_redis_slow_replies_total", "Redis replies to the worker slower than 500 ms.", wLabels, nil)
+	refusedDesc      = prometheus.NewDesc("vigil_worker_redis_refused_total", "Writes Redis refused the worker, by kind (OOM, READONLY, MISCONF, …).", append(wLabels, "kind"), nil)
+	strandedDesc     = prometheus.NewDesc("vigil_worker_stranded_requeues_total", "Tasks a lost dequeue reply left active under the worker, requeued by it with no attempt counted.", wLabels, nil)
+	keptDesc         = prometheus.NewDesc("vigil_worker_kept_outcomes", "Task outcomes the worker keeps in memory because Redis did not take them (0 unless it is running).", wLabels, nil)
+	keptTotalDesc    = prometheus.NewDesc("vigil_worker_kept_outcomes_total", "Kept task outcomes by result: written, stale (written already or taken by someone else), dropped (past the bound: the task runs again).", append(wLabels, "result"), nil)
+	leaseSkipsDesc   = prometheus.NewDesc("vigil_worker_lease_recovery_skips_total", "Tasks asynq's lease recovery would have retried while their owner process was alive.", wLabels, nil)
+	recDroppedDesc   = prometheus.NewDesc("vigil_worker_records_dropped_total", "Task records and events dropped while Redis was away, past the bound of those held.", wLabels, nil)
 	retriesDesc      = prometheus.NewDesc("vigil_worker_retry_attempts_total", "Failed job attempts by code (RETRY: asynq retries it; RETRIES_EXHAUSTED, NON_RETRYABLE, NO_HANDLER, REVOKED: final).", append(wLabels, "code"), nil)
 
 	qJobsDesc     = prometheus.NewDesc("vigil_queue_jobs", "Jobs in the queue by state, from asynq (cluster-wide: the same on every host).", []string{"queue", "state"}, nil)
@@ -66,6 +74,7 @@ func newRedisCollector(cfg Config) *redisCollector {
 func (c *redisCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workersDesc, heartbeatsDesc, hbFailuresDesc, hbDegradedDesc, inflightDesc,
 		jobsDoneDesc, toxicDesc, abortedDesc, pausesDesc, acquireFailsDesc, retriesDesc,
+		unreachableDesc, slowDesc, refusedDesc, strandedDesc, keptDesc, keptTotalDesc, leaseSkipsDesc, recDroppedDesc,
 		qJobsDesc, qLatencyDesc, qPausedDesc, qProcessed, qFailed, scrapeErrDesc} {
 		ch <- d
 	}
@@ -135,11 +144,23 @@ func (c *redisCollector) collectWorkers(ctx context.Context, ch chan<- prometheu
 		for _, code := range []string{queue.CodeRetry, queue.CodeRetriesExhausted, queue.CodeNonRetryable, queue.CodeNoHandler, queue.CodeRevoked} {
 			counter(retriesDesc, s.Failures()[code], q, id, code)
 		}
-		inflight := 0.0
+		counter(unreachableDesc, s[queue.StatRedisUnreachable], q, id)
+		counter(slowDesc, s[queue.StatRedisSlowReplies], q, id)
+		for kind, n := range s.Refused() {
+			counter(refusedDesc, n, q, id, kind)
+		}
+		counter(strandedDesc, s[queue.StatStrandedRequeued], q, id)
+		counter(keptTotalDesc, s[queue.StatKeptWritten], q, id, "written")
+		counter(keptTotalDesc, s[queue.StatKeptStale], q, id, "stale")
+		counter(keptTotalDesc, s[queue.StatKeptDropped], q, id, "dropped")
+		counter(leaseSkipsDesc, s[queue.StatLeaseRecoverySkips], q, id)
+		counter(recDroppedDesc, s[queue.StatRecordsDropped], q, id)
+		inflight, kept := 0.0, 0.0
 		if w.Status == health.StatusStarting || w.Status == health.StatusHealthy || w.Status == health.StatusStopping {
-			inflight = float64(s[queue.StatInflight])
+			inflight, kept = float64(s[queue.StatInflight]), float64(s[queue.StatKept])
 		}
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, inflight, q, id)
+		ch <- prometheus.MustNewConstMetric(keptDesc, prometheus.GaugeValue, kept, q, id)
 	}
 	return nil
 }

@@ -38,10 +38,23 @@ type Config struct {
 	StableAfter time.Duration `yaml:"stable_after" json:"stable_after"`
 	// JobCrashRetries is how many times a task may be retried after crashing
 	// its worker before it is archived as toxic (used by package queue).
-	JobCrashRetries int `yaml:"job_crash_retries" json:"job_crash_retries"`
+	// nil takes the default (JobCrashRetriesDefault); a pointer to 0 means
+	// toxic after the first crash, so that an explicit 0 survives
+	// WithDefaults, however many times it is applied. Read it with
+	// CrashRetries.
+	JobCrashRetries *int `yaml:"job_crash_retries" json:"job_crash_retries"`
 }
 
-// WithDefaults returns c with every zero field set to its default.
+// CrashRetries returns JobCrashRetries, or its default when unset.
+func (c Config) CrashRetries() int {
+	if c.JobCrashRetries == nil {
+		return JobCrashRetriesDefault
+	}
+	return *c.JobCrashRetries
+}
+
+// WithDefaults returns c with every zero field set to its default
+// (JobCrashRetries: every nil one). Applying it twice changes nothing.
 func (c Config) WithDefaults() Config {
 	if c.BackoffBase == 0 {
 		c.BackoffBase = BackoffBaseDefault
@@ -61,8 +74,8 @@ func (c Config) WithDefaults() Config {
 	if c.StableAfter == 0 {
 		c.StableAfter = StableAfterDefault
 	}
-	if c.JobCrashRetries == 0 {
-		c.JobCrashRetries = JobCrashRetriesDefault
+	if c.JobCrashRetries == nil {
+		c.JobCrashRetries = new(JobCrashRetriesDefault)
 	}
 	return c
 }
@@ -84,7 +97,7 @@ func (c Config) Validate() error {
 		return errors.New("policy.max_lifetime must be >= 1")
 	case c.StableAfter <= 0:
 		return errors.New("policy.stable_after must be > 0")
-	case c.JobCrashRetries < 0:
+	case c.CrashRetries() < 0:
 		return errors.New("policy.job_crash_retries must be >= 0")
 	}
 	return nil

@@ -458,7 +458,7 @@ func TestWithDefaults(t *testing.T) {
 		MaxInWindow:     policy.MaxInWindowDefault,
 		MaxLifetime:     policy.MaxLifetimeDefault,
 		StableAfter:     policy.StableAfterDefault,
-		JobCrashRetries: policy.JobCrashRetriesDefault,
+		JobCrashRetries: new(policy.JobCrashRetriesDefault),
 	}
 	custom := policy.Config{
 		BackoffBase:     2 * time.Second,
@@ -468,7 +468,7 @@ func TestWithDefaults(t *testing.T) {
 		MaxInWindow:     3,
 		MaxLifetime:     7,
 		StableAfter:     time.Hour,
-		JobCrashRetries: 9,
+		JobCrashRetries: new(9),
 	}
 	partial := defaults
 	partial.BackoffMax, partial.MaxLifetime, partial.Jitter = 3*time.Second, 1, 0.2
@@ -487,18 +487,34 @@ func TestWithDefaults(t *testing.T) {
 		{
 			// Nonsense is kept for Validate to report, not papered over.
 			name: "negative fields are kept",
-			in:   policy.Config{BackoffBase: -1, MaxInWindow: -1, JobCrashRetries: -1},
+			in:   policy.Config{BackoffBase: -1, MaxInWindow: -1, JobCrashRetries: new(-1)},
 			want: func() policy.Config {
 				c := defaults
-				c.BackoffBase, c.MaxInWindow, c.JobCrashRetries = -1, -1, -1
+				c.BackoffBase, c.MaxInWindow, c.JobCrashRetries = -1, -1, new(-1)
+				return c
+			}(),
+		},
+		{
+			// Issue 12, defect 7: an explicit 0 is not "unset".
+			name: "an explicit zero job_crash_retries is kept",
+			in:   policy.Config{JobCrashRetries: new(0)},
+			want: func() policy.Config {
+				c := defaults
+				c.JobCrashRetries = new(0)
 				return c
 			}(),
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.in.WithDefaults(); got != tt.want {
-				t.Errorf("WithDefaults() =\n %+v\nwant\n %+v", got, tt.want)
+			got := tt.in.WithDefaults()
+			if !sameConfig(got, tt.want) {
+				t.Errorf("WithDefaults() =\n %+v (retries %d)\nwant\n %+v (retries %d)", got, got.CrashRetries(), tt.want, tt.want.CrashRetries())
+			}
+			// Applied again (supervisor.New applies it to what a config
+			// file already filled in), nothing changes.
+			if again := got.WithDefaults(); !sameConfig(again, got) {
+				t.Errorf("WithDefaults twice = %+v, once %+v", again, got)
 			}
 		})
 	}
@@ -513,7 +529,7 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*policy.Config) {}, ""},
 		{"max equal to base", func(c *policy.Config) { c.BackoffMax = c.BackoffBase }, ""},
 		{"jitter just under 1", func(c *policy.Config) { c.Jitter = 0.999 }, ""},
-		{"no job crash retries", func(c *policy.Config) { c.JobCrashRetries = 0 }, ""},
+		{"no job crash retries", func(c *policy.Config) { c.JobCrashRetries = new(0) }, ""},
 		{"zero base", func(c *policy.Config) { c.BackoffBase = 0 }, "policy.backoff_base"},
 		{"negative base", func(c *policy.Config) { c.BackoffBase = -time.Second }, "policy.backoff_base"},
 		{"max below base", func(c *policy.Config) { c.BackoffMax = c.BackoffBase - 1 }, "policy.backoff_max"},
@@ -525,7 +541,7 @@ func TestValidate(t *testing.T) {
 		{"zero max_in_window", func(c *policy.Config) { c.MaxInWindow = 0 }, "policy.max_in_window"},
 		{"zero max_lifetime", func(c *policy.Config) { c.MaxLifetime = 0 }, "policy.max_lifetime"},
 		{"zero stable_after", func(c *policy.Config) { c.StableAfter = 0 }, "policy.stable_after"},
-		{"negative job_crash_retries", func(c *policy.Config) { c.JobCrashRetries = -1 }, "policy.job_crash_retries"},
+		{"negative job_crash_retries", func(c *policy.Config) { c.JobCrashRetries = new(-1) }, "policy.job_crash_retries"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -614,4 +630,13 @@ func TestOperatorRestart(t *testing.T) {
 			checkDecision(t, len(tt.steps), next, d)
 		})
 	}
+}
+
+// sameConfig compares configs by value, JobCrashRetries included.
+func sameConfig(a, b policy.Config) bool {
+	if (a.JobCrashRetries == nil) != (b.JobCrashRetries == nil) || a.CrashRetries() != b.CrashRetries() {
+		return false
+	}
+	a.JobCrashRetries, b.JobCrashRetries = nil, nil
+	return a == b
 }

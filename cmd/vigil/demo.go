@@ -20,8 +20,8 @@ import (
 
 // demoCmd runs Vigil with no set-up: embedded Redis, three pools of demo
 // workers (`vigil worker --demo`), a steady trickle of demo jobs of which
-// some fail, crash or hang their worker and one is toxic, and one worker
-// sent into a crash loop so that it ends failed.
+// some fail, crash or hang their worker and one is toxic, one worker
+// sent into a crash loop so that it ends failed, and two schedules.
 func demoCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("vigil demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -45,18 +45,22 @@ func demoCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		cfg.Pools = append(cfg.Pools, config.Pool{Queue: p.q, Workers: p.n, Command: []string{exe, "worker", "--demo"},
 			Concurrency: 1, TaskTimeout: config.Duration(time.Minute), Backpressure: config.Backpressure{PauseInterval: config.Duration(10 * time.Second)}})
 	}
-	if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
-		return fmt.Errorf("config: %w", err)
+	// Two schedules: one that fires every few seconds, one nightly (run
+	// it from the dashboard's schedules view).
+	cfg.Schedules = []config.Schedule{
+		{Name: "digest", Spec: "@every 5s", Queue: "library", Type: demoWork, Payload: config.Payload(`{"ms":300}`), CatchUp: "last"},
+		{Name: "nightly-report", Spec: "CRON_TZ=Europe/Paris 0 2 * * *", Queue: "calibration", Type: demoWork,
+			Payload: config.Payload(`{"ms":2000}`), Retention: config.Duration(24 * time.Hour), CatchUp: "none"},
 	}
-	if err := flags.Apply(&cfg); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("config: %w", err)
+	if err := applyOverrides(&cfg, flags); err != nil {
+		return err
 	}
 	log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		return err
+	}
+	for _, w := range cfg.Warnings("", config.Config{}, flags) {
+		log.Warn(w)
 	}
 	return serve(ctx, cfg, log, func(sup *supervisor.Supervisor) {
 		go demoChaos(ctx, sup, log, *every)

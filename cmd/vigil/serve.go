@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -17,6 +20,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/redisconn"
 	"github.com/vigil-dev/vigil/queue"
+	"github.com/vigil-dev/vigil/schedule"
 	"github.com/vigil-dev/vigil/server"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -32,7 +36,7 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
-	cfg, err := loadConfig(*path, flags)
+	cfg, file, err := loadConfig(*path, flags)
 	if err != nil {
 		return err
 	}
@@ -40,26 +44,42 @@ func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range cfg.Warnings(*path, file, flags) {
+		log.Warn(w)
+	}
 	return serve(ctx, cfg, log, nil)
 }
 
-// loadConfig reads the file, then the environment, then the flags, and
-// checks the result.
-func loadConfig(path string, flags *config.Flags) (config.Config, error) {
-	cfg, err := config.Load(path)
-	if err != nil {
-		return cfg, err
+// loadConfig reads the file, then the environment, then the flags, then
+// the secret files, and checks the result. It returns the file's own
+// settings too (for Warnings).
+func loadConfig(path string, flags *config.Flags) (cfg, file config.Config, err error) {
+	if cfg, err = config.Load(path); err != nil {
+		return cfg, file, err
 	}
+	file = cfg
+	if err := applyOverrides(&cfg, flags); err != nil {
+		return cfg, file, err
+	}
+	return cfg, file, nil
+}
+
+// applyOverrides applies the environment, the flags and the secret files,
+// and checks the result.
+func applyOverrides(cfg *config.Config, flags *config.Flags) error {
 	if err := cfg.ApplyEnv(os.LookupEnv); err != nil {
-		return cfg, fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: %w", err)
 	}
-	if err := flags.Apply(&cfg); err != nil {
-		return cfg, fmt.Errorf("config: %w", err)
+	if err := flags.Apply(cfg); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := cfg.ReadSecretFiles(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("config: %w", err)
+		return fmt.Errorf("config: %w", err)
 	}
-	return cfg, nil
+	return nil
 }
 
 // serve runs Vigil until ctx ends. started, if set, is called once the
@@ -67,13 +87,22 @@ func loadConfig(path string, flags *config.Flags) (config.Config, error) {
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started func(*supervisor.Supervisor)) error {
 	url := cfg.Redis
 	if url == "" {
-		m, err := startEmbeddedRedis()
+		m, password, err := startEmbeddedRedis()
 		if err != nil {
 			return err
 		}
 		defer m.Close()
-		url = "redis://" + m.Addr()
-		log.Warn("no redis configured: using an embedded in-memory Redis; all state is lost when vigil exits", "addr", m.Addr())
+		// The workers get the password in their URL; another vigil of the
+		// same user may join with --redis-file (a 0600 file in a 0700
+		// directory); nobody else.
+		url = "redis://:" + password + "@" + m.Addr()
+		file, remove, err := writeRedisFile(url)
+		if err != nil {
+			return err
+		}
+		defer remove()
+		log.Warn("no redis configured: using an embedded in-memory Redis (random password, handed to the workers); all state is lost when vigil exits",
+			"addr", m.Addr(), "redis_file", file)
 	}
 	rdb, err := redisconn.Open(url)
 	if err != nil {
@@ -111,16 +140,23 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		return fmt.Errorf("config: %w", err)
 	}
 	defer stopAlerts()
+	// The leader fires the schedules; the supervisor's leader step says
+	// who leads (sched is set before the supervisor starts).
+	var sched *schedule.Scheduler
 	sup, err := supervisor.New(supervisor.Config{
 		Host:        cfg.Host,
 		RedisURL:    url,
 		Prefix:      cfg.Prefix,
 		Pools:       cfg.SupervisorPools(),
+		InheritEnv:  cfg.InheritEnv,
+		LogTail:     int(cfg.WorkerOutput.Tail),
+		MaxLogLine:  int(cfg.WorkerOutput.MaxLine),
 		Heartbeat:   cfg.HeartbeatConfig(),
 		Policy:      cfg.PolicyConfig(),
 		StopTimeout: time.Duration(cfg.StopTimeout),
 		Lease:       time.Duration(cfg.Lease),
 		Capacity:    cfg.Capacity,
+		MaxPoolSize: cfg.MaxPoolSize,
 		Address:     ln.Addr().String(),
 		Version:     version,
 		Stats:       queueStats(store),
@@ -128,15 +164,23 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		Alerts:      alerts,
 		Metrics:     m,
 		Logger:      log,
+		OnLeader:    func(leading bool, until time.Time) { sched.Leading(leading, until) },
 	}, store)
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	schedules, err := startSchedules(ctx, cfg, store, sup.Config().Host, m, log)
+	if err != nil {
+		return err
+	}
+	sched = schedules.scheduler
+	// After the supervisor's Stop: it says first that it no longer leads.
+	defer sched.Stop()
 	if err := sup.Start(ctx); err != nil {
 		return err
 	}
 	log.Info("vigil running", "version", version, "host", sup.Config().Host, "redis", redisconn.Describe(url), "pools", len(cfg.Pools))
-	srv, err := adminServer(cfg, store, sup, log)
+	srv, err := adminServer(cfg, store, sup, schedules.store, log)
 	if err != nil {
 		_ = sup.Stop(context.Background())
 		return err
@@ -168,17 +212,24 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 }
 
 // adminServer builds the HTTP server of the admin API (DESIGN.md §7).
-func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervisor, log *slog.Logger) (*http.Server, error) {
+func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervisor, schedules *schedule.Store, log *slog.Logger) (*http.Server, error) {
 	queues := make([]string, len(cfg.Pools))
 	timeouts := map[string]time.Duration{}
 	for i, p := range cfg.Pools {
 		queues[i], timeouts[p.Queue] = p.Queue, time.Duration(p.TaskTimeout)
 	}
+	proxies, err := cfg.TrustedProxyPrefixes()
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	h, err := server.New(server.Config{
 		Store: store, Supervisor: sup, Queues: queues, TaskTimeouts: timeouts,
 		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
+		ListenHosts: cfg.ListenHosts(), TrustedProxies: proxies, CookieSecure: cfg.CookieSecure,
+		PayloadPreview: int(cfg.JobView.PayloadPreview), MaxPayloadShown: int(cfg.JobView.MaxPayload), ReadBudget: int64(cfg.JobView.ReadBudget),
 		Version: server.APIVersion, Logger: log, Cluster: sup, MaxPoolSize: cfg.MaxPoolSize, Metrics: sup.Config().Metrics,
-		SSE: server.SSEConfig{MaxClients: cfg.SSE.MaxClients, MaxLag: cfg.SSE.MaxLag, KeepAlive: time.Duration(cfg.SSE.KeepAlive)},
+		Schedules: schedules, SSE: server.SSEConfig{MaxClients: cfg.SSE.MaxClients, MaxClientsPerAddress: cfg.SSE.MaxClientsPerAddress,
+			MaxLag: cfg.SSE.MaxLag, KeepAlive: time.Duration(cfg.SSE.KeepAlive)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("admin server: %w", err)
@@ -187,7 +238,7 @@ func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervi
 	case cfg.ReadOnly:
 		log.Info("admin API is read-only: every mutation answers 403")
 	case cfg.Token == "":
-		log.Warn("no admin token configured: mutations are accepted only from loopback clients (set token / VIGIL_TOKEN)")
+		log.Warn("no admin token configured: mutations are accepted only from this host (loopback peer, loopback or listen Host header, no forwarding header); set token, VIGIL_TOKEN or VIGIL_TOKEN_FILE")
 	default:
 		log.Info("admin API: mutations need the bearer token", "auth_reads", cfg.AuthReads)
 	}
@@ -204,14 +255,36 @@ func adminServer(cfg config.Config, store *health.Store, sup *supervisor.Supervi
 }
 
 // startEmbeddedRedis starts a miniredis on a loopback port whose keys expire
-// on the real clock, reachable by the worker processes.
-func startEmbeddedRedis() (*miniredis.Miniredis, error) {
+// on the real clock, reachable by the worker processes, and by no other
+// local user: it requires a random password.
+func startEmbeddedRedis() (*miniredis.Miniredis, string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, "", fmt.Errorf("start embedded redis: %w", err)
+	}
+	password := hex.EncodeToString(b[:])
 	m := miniredis.NewMiniRedis()
 	m.ClockTTL(true)
+	m.RequireAuth(password)
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, fmt.Errorf("start embedded redis: %w", err)
+		return nil, "", fmt.Errorf("start embedded redis: %w", err)
 	}
-	return m, nil
+	return m, password, nil
+}
+
+// writeRedisFile writes url to a file only this user can read, for
+// --redis-file; remove deletes it.
+func writeRedisFile(url string) (path string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", "vigil-embedded-")
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded redis: %w", err)
+	}
+	path = filepath.Join(dir, "redis-url")
+	if err := os.WriteFile(path, []byte(url+"\n"), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("embedded redis: %w", err)
+	}
+	return path, func() { os.RemoveAll(dir) }, nil
 }
 
 // queueStats gives the leader the statistics it announces: each queue's,

@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("embed", flag.ContinueOnError)
 	redisURL := fs.String("redis", "", "Redis URL (empty: an in-memory Redis)")
 	listen := fs.String("listen", "127.0.0.1:8081", "address of the program's HTTP server")
-	token := fs.String("token", os.Getenv("VIGIL_TOKEN"), "admin token (empty: mutations only from loopback)")
+	token := fs.String("token", os.Getenv("VIGIL_TOKEN"), "admin token (empty: mutations only from this host)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -21,37 +23,72 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/policy"
+	"github.com/vigil-dev/vigil/schedule"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
 // Config is the whole configuration file.
 type Config struct {
-	Redis       string    `yaml:"redis"`
-	Listen      string    `yaml:"listen"`
-	Prefix      string    `yaml:"prefix"`
-	Host        string    `yaml:"host"`
-	Capacity    int       `yaml:"capacity"`
-	Lease       Duration  `yaml:"lease"`
-	Token       string    `yaml:"token"`
-	AuthReads   bool      `yaml:"auth_reads"`
-	ReadOnly    bool      `yaml:"read_only"`
-	MaxBody     Size      `yaml:"max_body"`
-	SSE         SSE       `yaml:"sse"`
-	Heartbeat   Heartbeat `yaml:"heartbeat"`
-	Policy      Policy    `yaml:"policy"`
-	StopTimeout Duration  `yaml:"stop_timeout"`
-	MaxPoolSize int       `yaml:"max_pool_size"`
-	Alerts      Alerts    `yaml:"alerts"`
-	LogFormat   string    `yaml:"log_format"`
-	LogLevel    string    `yaml:"log_level"`
-	Pools       []Pool    `yaml:"pools"`
+	Redis string `yaml:"redis" env:"VIGIL_REDIS_URL"`
+	// RedisFile names a file holding the Redis URL (instead of redis).
+	RedisFile string   `yaml:"redis_file"`
+	Listen    string   `yaml:"listen"`
+	Prefix    string   `yaml:"prefix"`
+	Host      string   `yaml:"host"`
+	Capacity  int      `yaml:"capacity"`
+	Lease     Duration `yaml:"lease"`
+	Token     string   `yaml:"token"`
+	// TokenFile names a file holding the token (instead of token): out of
+	// the process list and of the config file.
+	TokenFile string `yaml:"token_file"`
+	// TrustedProxies (CIDRs) are the reverse proxies whose X-Forwarded-For
+	// and X-Forwarded-Proto the admin server believes.
+	TrustedProxies List `yaml:"trusted_proxies"`
+	// CookieSecure marks the session cookie Secure even over plain HTTP.
+	CookieSecure bool      `yaml:"cookie_secure"`
+	AuthReads    bool      `yaml:"auth_reads"`
+	ReadOnly     bool      `yaml:"read_only"`
+	MaxBody      Size      `yaml:"max_body"`
+	SSE          SSE       `yaml:"sse"`
+	Heartbeat    Heartbeat `yaml:"heartbeat"`
+	Policy       Policy    `yaml:"policy"`
+	StopTimeout  Duration  `yaml:"stop_timeout"`
+	MaxPoolSize  int       `yaml:"max_pool_size"`
+	Alerts       Alerts    `yaml:"alerts"`
+	LogFormat    string    `yaml:"log_format"`
+	LogLevel     string    `yaml:"log_level"`
+	// InheritEnv names what workers inherit of vigil's environment besides
+	// PATH, HOME, LANG, TZ and USER ("NAME" or "PREFIX*").
+	InheritEnv   List         `yaml:"inherit_env"`
+	WorkerOutput WorkerOutput `yaml:"worker_output"`
+	JobView      JobView      `yaml:"job_view"`
+	Pools        []Pool       `yaml:"pools"`
+	// Scheduler holds the rules for schedules, Schedules the periodic
+	// tasks of this configuration (README "Periodic tasks").
+	Scheduler Scheduler  `yaml:"scheduler"`
+	Schedules []Schedule `yaml:"schedules"`
+}
+
+// JobView bounds what the API reads and shows of jobs.
+type JobView struct {
+	PayloadPreview Size `yaml:"payload_preview"` // of each payload in job lists
+	MaxPayload     Size `yaml:"max_payload"`     // of the payload in a job's detail
+	ReadBudget     Size `yaml:"read_budget"`     // bytes of jobs loaded at once, all requests together
+}
+
+// WorkerOutput bounds what is kept of the workers' output.
+type WorkerOutput struct {
+	Tail    Size `yaml:"tail"`     // bytes of latest lines kept per worker
+	MaxLine Size `yaml:"max_line"` // longer lines are cut, with a marker
 }
 
 // SSE configures the event stream.
 type SSE struct {
-	MaxClients int      `yaml:"max_clients"`
-	MaxLag     int      `yaml:"max_lag"`
-	KeepAlive  Duration `yaml:"keepalive"`
+	MaxClients int `yaml:"max_clients"`
+	// MaxClientsPerAddress caps one client address's streams.
+	MaxClientsPerAddress int      `yaml:"max_clients_per_address"`
+	MaxLag               int      `yaml:"max_lag"`
+	KeepAlive            Duration `yaml:"keepalive"`
 }
 
 // Heartbeat configures worker heartbeats.
@@ -100,16 +137,19 @@ type Backpressure struct {
 // Default returns the configuration with every default of DESIGN.md §10.
 func Default() Config {
 	return Config{
-		Listen:      "127.0.0.1:8080",
-		Prefix:      health.PrefixDefault,
-		Lease:       Duration(15 * time.Second),
-		MaxBody:     1 << 20,
-		SSE:         SSE{MaxClients: 10_000, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
-		Heartbeat:   Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault)},
-		StopTimeout: Duration(supervisor.StopTimeoutDefault),
-		MaxPoolSize: 1000,
-		LogFormat:   "text",
-		LogLevel:    "info",
+		Listen:       "127.0.0.1:8080",
+		Prefix:       health.PrefixDefault,
+		Lease:        Duration(15 * time.Second),
+		MaxBody:      1 << 20,
+		SSE:          SSE{MaxClients: 10_000, MaxClientsPerAddress: 32 /* server.SSEMaxClientsPerAddressDefault */, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
+		Heartbeat:    Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault)},
+		StopTimeout:  Duration(supervisor.StopTimeoutDefault),
+		MaxPoolSize:  1000,
+		LogFormat:    "text",
+		LogLevel:     "info",
+		WorkerOutput: WorkerOutput{Tail: supervisor.LogTailDefault, MaxLine: supervisor.MaxLogLineDefault},
+		JobView:      JobView{PayloadPreview: 1 << 10, MaxPayload: 1 << 20, ReadBudget: 16 << 20},
+		Scheduler:    Scheduler{MisfireGrace: Duration(schedule.MisfireGraceDefault), MaxCatchUp: schedule.MaxCatchUpDefault},
 		Policy: Policy{
 			BackoffBase: Duration(policy.BackoffBaseDefault), BackoffMax: Duration(policy.BackoffMaxDefault),
 			Window: Duration(policy.WindowDefault), MaxInWindow: policy.MaxInWindowDefault,
@@ -181,17 +221,29 @@ func (c Config) Validate() error {
 		return errors.New("max_body must be > 0")
 	case c.MaxPoolSize < 1:
 		return errors.New("max_pool_size must be >= 1")
-	case c.SSE.MaxClients < 1 || c.SSE.MaxLag < 1 || c.SSE.KeepAlive <= 0:
-		return errors.New("sse.max_clients, sse.max_lag and sse.keepalive must be > 0")
+	case c.SSE.MaxClients < 1 || c.SSE.MaxClientsPerAddress < 1 || c.SSE.MaxLag < 1 || c.SSE.KeepAlive <= 0:
+		return errors.New("sse.max_clients, sse.max_clients_per_address, sse.max_lag and sse.keepalive must be > 0")
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return fmt.Errorf("log_format must be text or json, got %q", c.LogFormat)
 	case !validLevel(c.LogLevel):
 		return fmt.Errorf("log_level must be debug, info, warn or error, got %q", c.LogLevel)
+	case c.WorkerOutput.Tail < 1 || c.WorkerOutput.MaxLine < 1 || c.WorkerOutput.MaxLine > c.WorkerOutput.Tail:
+		return fmt.Errorf("worker_output: tail and max_line must be > 0 and max_line <= tail, got %d and %d", c.WorkerOutput.Tail, c.WorkerOutput.MaxLine)
+	case c.JobView.PayloadPreview < 1 || c.JobView.MaxPayload < c.JobView.PayloadPreview || c.JobView.ReadBudget < c.JobView.MaxPayload:
+		return fmt.Errorf("job_view: want 0 < payload_preview <= max_payload <= read_budget, got %d, %d, %d", c.JobView.PayloadPreview, c.JobView.MaxPayload, c.JobView.ReadBudget)
 	case c.Alerts.Webhook != "" && !validWebhook(c.Alerts.Webhook):
 		return fmt.Errorf("alerts.webhook must be an http:// or https:// URL, got %q", c.Alerts.Webhook)
 	}
 	if err := c.PolicyConfig().Validate(); err != nil {
 		return err
+	}
+	if _, err := c.TrustedProxyPrefixes(); err != nil {
+		return err
+	}
+	for _, n := range c.InheritEnv {
+		if name := strings.TrimSuffix(n, "*"); name == "" || strings.ContainsAny(name, "=* \x00") {
+			return fmt.Errorf("inherit_env: %q is no variable name (NAME, or PREFIX* for a prefix)", n)
+		}
 	}
 	seen := map[string]bool{}
 	for i, p := range c.Pools {
@@ -215,7 +267,7 @@ func (c Config) Validate() error {
 		}
 		seen[p.Queue] = true
 	}
-	return nil
+	return c.validateSchedules(time.Now())
 }
 
 func validLevel(s string) bool {
@@ -228,13 +280,44 @@ func validWebhook(s string) bool {
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
+// TrustedProxyPrefixes parses trusted_proxies (a bare address is a /32 or
+// /128).
+func (c Config) TrustedProxyPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.TrustedProxies {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("trusted_proxies: %q is no CIDR (e.g. 10.0.0.0/8) nor address", s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// ListenHosts is the host part of listen, unless it is a wildcard
+// address: the name clients use for this server (server.Config.ListenHosts).
+func (c Config) ListenHosts() []string {
+	h, _, err := net.SplitHostPort(c.Listen)
+	if err != nil || h == "" {
+		return nil
+	}
+	if a, err := netip.ParseAddr(h); err == nil && a.IsUnspecified() {
+		return nil
+	}
+	return []string{h}
+}
+
 // PolicyConfig converts the policy section.
 func (c Config) PolicyConfig() policy.Config {
 	p := c.Policy
 	return policy.Config{
 		BackoffBase: time.Duration(p.BackoffBase), BackoffMax: time.Duration(p.BackoffMax), Jitter: p.Jitter,
 		Window: time.Duration(p.Window), MaxInWindow: p.MaxInWindow, MaxLifetime: p.MaxLifetime,
-		StableAfter: time.Duration(p.StableAfter), JobCrashRetries: p.JobCrashRetries,
+		StableAfter: time.Duration(p.StableAfter), JobCrashRetries: new(p.JobCrashRetries),
 	}
 }
 

@@ -79,6 +79,9 @@ func TestBadInputNamesTheField(t *testing.T) {
 		{"bad log format", "log_format: xml", "log_format"},
 		{"bad log level", "log_level: loud", "log_level"},
 		{"webhook not http", "alerts: {webhook: 'hooks.example/x'}", "alerts.webhook"},
+		{"trusted proxy", "trusted_proxies: ['10.0.0.0/8', 'proxy.local']", "trusted_proxies"},
+		{"inherit_env pattern", "inherit_env: ['A*B']", "inherit_env"},
+		{"line over tail", "worker_output: {tail: 1KiB, max_line: 2KiB}", "worker_output"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,11 +101,20 @@ func TestBadInputNamesTheField(t *testing.T) {
 
 func TestEnvThenFlagsWin(t *testing.T) {
 	c := Default()
-	env := map[string]string{"VIGIL_LISTEN": "127.0.0.1:9000", "VIGIL_HEARTBEAT_TTL": "45s", "VIGIL_READ_ONLY": "true", "VIGIL_POLICY_MAX_IN_WINDOW": "7"}
+	env := map[string]string{"VIGIL_LISTEN": "127.0.0.1:9000", "VIGIL_HEARTBEAT_TTL": "45s", "VIGIL_READ_ONLY": "true", "VIGIL_POLICY_MAX_IN_WINDOW": "7",
+		"VIGIL_INHERIT_ENV": "TMPDIR, LC_*", "VIGIL_WORKER_OUTPUT_TAIL": "64KiB", "VIGIL_TRUSTED_PROXIES": "10.0.0.0/8,192.0.2.1", "VIGIL_COOKIE_SECURE": "true",
+		"VIGIL_REDIS_URL": "redis://from-env:6379/0"}
 	if err := c.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != "127.0.0.1:9000" || time.Duration(c.Heartbeat.TTL) != 45*time.Second || !c.ReadOnly || c.Policy.MaxInWindow != 7 {
+	if c.Listen != "127.0.0.1:9000" || time.Duration(c.Heartbeat.TTL) != 45*time.Second || !c.ReadOnly || c.Policy.MaxInWindow != 7 ||
+		c.InheritEnv.String() != "TMPDIR,LC_*" || c.WorkerOutput.Tail != 64<<10 || !c.CookieSecure || c.Redis != "redis://from-env:6379/0" {
+		t.Fatalf("env not applied: %+v", c)
+	}
+	if p, err := c.TrustedProxyPrefixes(); err != nil || len(p) != 2 || p[1].String() != "192.0.2.1/32" {
+		t.Fatalf("trusted proxies %v, %v", p, err)
+	}
+	if c.ListenHosts()[0] != "127.0.0.1" {
 		t.Fatalf("env not applied: %+v", c)
 	}
 	bad := map[string]string{"VIGIL_HEARTBEAT_TTL": "soon"}

@@ -10,11 +10,15 @@ import (
 
 // field is one scalar setting, addressable as a flag and an env variable.
 type field struct {
-	path string // "heartbeat.ttl"
-	v    reflect.Value
+	path   string // "heartbeat.ttl"
+	envTag string // the variable's name when not derived from path
+	v      reflect.Value
 }
 
 func (f field) env() string {
+	if f.envTag != "" {
+		return f.envTag
+	}
 	return "VIGIL_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(f.path))
 }
 func (f field) flag() string { return strings.ReplaceAll(f.path, "_", "-") }
@@ -64,12 +68,13 @@ func (c *Config) fields() []field {
 			tag := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
 			fv := v.Field(i)
 			path := prefix + tag
+			_, settable := fv.Addr().Interface().(interface{ Set(string) error })
 			switch {
 			case fv.Kind() == reflect.Struct:
 				walk(path+".", fv)
-			case fv.Kind() == reflect.Slice || fv.Kind() == reflect.Map:
+			case (fv.Kind() == reflect.Slice || fv.Kind() == reflect.Map) && !settable:
 			default:
-				out = append(out, field{path: path, v: fv})
+				out = append(out, field{path: path, envTag: t.Field(i).Tag.Get("env"), v: fv})
 			}
 		}
 	}
@@ -92,13 +97,17 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 // Flags records the flags given on the command line, to be applied over
 // the file and the environment.
 type Flags struct {
-	set []func(*Config) error
+	set   []func(*Config) error
+	given map[string]bool // by field path
 }
+
+// Given reports whether the flag of the field path ("token") was given.
+func (fl *Flags) Given(path string) bool { return fl != nil && fl.given[path] }
 
 // RegisterFlags adds a flag for every scalar field (e.g. --heartbeat.ttl,
 // --policy.max-in-window) to fs.
 func RegisterFlags(fs *flag.FlagSet) *Flags {
-	fl := &Flags{}
+	fl := &Flags{given: map[string]bool{}}
 	d := Default()
 	for _, f := range d.fields() {
 		path := f.path
@@ -108,6 +117,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 			register = fs.BoolFunc
 		}
 		register(f.flag(), usage, func(s string) error {
+			fl.given[path] = true
 			fl.set = append(fl.set, func(c *Config) error {
 				for _, g := range c.fields() {
 					if g.path == path {

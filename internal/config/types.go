@@ -101,3 +101,21 @@ func (s *Size) Set(v string) error {
 	*s = Size(n * mult)
 	return nil
 }
+
+// List is a list of strings; in the environment and on the command line,
+// comma-separated.
+type List []string
+
+// Set parses a comma-separated list.
+func (l *List) Set(v string) error {
+	*l = nil
+	for f := range strings.SplitSeq(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			*l = append(*l, f)
+		}
+	}
+	return nil
+}
+
+// String joins l with commas.
+func (l List) String() string { return strings.Join(l, ",") }

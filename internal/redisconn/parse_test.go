@@ -130,3 +130,19 @@ func TestRedactKeepsTheRest(t *testing.T) {
 		t.Fatalf("Redact = %q", got)
 	}
 }
+
+func TestHasPasswordAndSkipsVerify(t *testing.T) {
+	for u, want := range map[string]bool{
+		"redis://127.0.0.1/0": false, "redis://user@h/0": false, "redis://:pw@h/0": true, "redis://u:p@h1/0": true,
+		"redis-sentinel://h1,h2/m?sentinel_password=x": true, "redis://:Pa%ZZ@h/0": true, "": false,
+	} {
+		if got := HasPassword(u); got != want {
+			t.Errorf("HasPassword(%q) = %v", u, got)
+		}
+	}
+	for u, want := range map[string]bool{"rediss://h/0?skip_verify=true": true, "rediss://h/0?skip_verify=false": false, "rediss://h/0": false} {
+		if got := SkipsVerify(u); got != want {
+			t.Errorf("SkipsVerify(%q) = %v", u, got)
+		}
+	}
+}

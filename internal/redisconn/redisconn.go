@@ -32,6 +32,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -109,11 +110,21 @@ func (o *Options) Client() redis.UniversalClient {
 	return redis.NewClient(o.Simple)
 }
 
-// Parse reads a Redis URL of any form of the package comment.
+// Parse reads a Redis URL of any form of the package comment. An error
+// names the URL without its passwords, then the reason (no part of a
+// password either).
 func Parse(rawURL string) (*Options, error) {
+	o, err := parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %s", ErrURL, Redact(rawURL), strings.TrimPrefix(err.Error(), ErrURL.Error()+": "))
+	}
+	return o, nil
+}
+
+func parse(rawURL string) (*Options, error) {
 	scheme, _, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, fmt.Errorf("%w: %q has no scheme (want redis://, rediss://, redis-sentinel:// or redis-cluster://)", ErrURL, Redact(rawURL))
+		return nil, fmt.Errorf("%w: no scheme (want redis://, rediss://, redis-sentinel:// or redis-cluster://)", ErrURL)
 	}
 	// A host list is no valid URL host: parse the URL with one host, and
 	// the list apart.
@@ -193,7 +204,7 @@ func hosts(u *url.URL, port string) ([]string, error) {
 		out = append(out, h)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: %s names no host", ErrURL, Redact(u.String()))
+		return nil, fmt.Errorf("%w: no host", ErrURL)
 	}
 	return out, nil
 }
@@ -243,7 +254,7 @@ func parseSentinel(u *url.URL, q url.Values, tlsOn bool) (*Options, error) {
 	}
 	opt, err := redis.ParseFailoverURL(goRedisURL(tlsOn, addrs, q))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrURL, redactErr(err, u.String()))
+		return nil, fmt.Errorf("%w: %s", ErrURL, redactErr(err, u.String()+"?"+sentinelQuery(sPass)))
 	}
 	if tlsOn {
 		host, _, _ := net.SplitHostPort(addrs[0])
@@ -278,6 +289,15 @@ func parseCluster(u *url.URL, q url.Values, tlsOn bool) (*Options, error) {
 	}
 	opt.Username, opt.Password = userPassword(u)
 	return &Options{Kind: Cluster, Cluster: opt}, nil
+}
+
+// sentinelQuery is a query holding only the sentinel password p, so that
+// redactErr finds it.
+func sentinelQuery(p string) string {
+	if p == "" {
+		return ""
+	}
+	return optSentinelPassword + "=" + url.QueryEscape(p)
 }
 
 func parseBool(s string) (bool, error) {
@@ -365,17 +385,23 @@ func Describe(rawURL string) string {
 }
 
 // Redact returns rawURL with its password, and the option
-// sentinel_password, replaced by "xxxxx", for logs and errors.
+// sentinel_password, replaced by "xxxxx", for logs and errors. A URL that
+// does not parse loses everything between its scheme and its last "@".
 func Redact(rawURL string) string {
 	hostList, oneHost := splitHosts(rawURL)
 	u, err := url.Parse(oneHost)
-	if err != nil {
-		if i := strings.LastIndex(rawURL, "@"); i >= 0 {
-			if j := strings.Index(rawURL, "://"); j >= 0 && j < i {
-				return rawURL[:j+3] + "xxxxx" + rawURL[i:]
+	if err != nil || !strings.Contains(rawURL, "://") {
+		s := rawURL
+		if i := strings.LastIndex(s, "@"); i >= 0 {
+			start := 0
+			if j := strings.Index(s, "://"); j >= 0 && j < i {
+				start = j + 3
+			} else if j := strings.Index(s, ":"); j >= 0 && j < i {
+				start = j + 1
 			}
+			s = s[:start] + "xxxxx" + s[i:]
 		}
-		return rawURL
+		return sentinelPassword.ReplaceAllString(s, "${1}xxxxx")
 	}
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
@@ -385,18 +411,84 @@ func Redact(rawURL string) string {
 		u.RawQuery = q.Encode()
 	}
 	u.Host = hostList // url.URL.String keeps commas in a host
-	return u.String()
+	return sentinelPassword.ReplaceAllString(u.String(), "${1}xxxxx")
 }
 
-// redactErr is err's text with any password of rawURL replaced.
+// sentinelPassword finds the value of the option sentinel_password, also
+// in a query that does not parse.
+var sentinelPassword = regexp.MustCompile(`(?i)(sentinel_password=)[^&#]*`)
+
+// redactErr is what err says without rawURL's secrets: net/url's errors
+// quote the whole URL (and an escape error a piece of the password), so
+// only their reason is kept; any password of rawURL left in the text is
+// replaced.
 func redactErr(err error, rawURL string) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ee url.EscapeError
 	s := err.Error()
-	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			s = strings.ReplaceAll(s, p, "xxxxx")
-		}
+	if errors.As(err, &ee) {
+		s = "a % not followed by two hex digits (percent-encode a % in a password as %25)"
+	}
+	for _, secret := range secretsOf(rawURL) {
+		s = strings.ReplaceAll(s, secret, "xxxxx")
 	}
 	return s
+}
+
+// secretsOf returns the password and sentinel password of rawURL, as
+// written and decoded, as far as they can be told.
+func secretsOf(rawURL string) []string {
+	var out []string
+	add := func(v string) {
+		if len(v) >= 3 {
+			out = append(out, v)
+			if d, err := url.PathUnescape(v); err == nil && d != v && len(d) >= 3 {
+				out = append(out, d)
+			}
+		}
+	}
+	_, rest, _ := strings.Cut(rawURL, "://")
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		rest = rest[:end]
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+			add(pw)
+		}
+	}
+	for _, m := range sentinelPassword.FindAllString(rawURL, -1) {
+		_, v, _ := strings.Cut(m, "=")
+		add(v)
+	}
+	return out
+}
+
+// HasPassword reports whether rawURL holds a password (or a sentinel
+// password).
+func HasPassword(rawURL string) bool {
+	_, rest, _ := strings.Cut(rawURL, "://")
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		rest = rest[:end]
+	}
+	at := strings.LastIndex(rest, "@")
+	return (at >= 0 && strings.Contains(rest[:at], ":")) || sentinelPassword.MatchString(rawURL)
+}
+
+// SkipsVerify reports whether rawURL turns TLS verification off.
+func SkipsVerify(rawURL string) bool {
+	_, q, ok := strings.Cut(rawURL, "?")
+	if !ok {
+		return false
+	}
+	v, err := url.ParseQuery(q)
+	if err != nil {
+		return strings.Contains(q, "skip_verify=true") || strings.Contains(q, "skip_verify=1")
+	}
+	b, _ := strconv.ParseBool(v.Get("skip_verify"))
+	return b
 }
 
 // Ping checks that the server answers within timeout, naming where it is.

@@ -72,13 +72,43 @@ func (e HealthReportStatus) Valid() bool {
 
 // Defines values for HealthUpdateEventType.
 const (
-	HealthUpdate HealthUpdateEventType = "health_update"
+	HealthUpdateEventTypeHealthUpdate HealthUpdateEventType = "health_update"
 )
 
 // Valid indicates whether the value is a known member of the HealthUpdateEventType enum.
 func (e HealthUpdateEventType) Valid() bool {
 	switch e {
-	case HealthUpdate:
+	case HealthUpdateEventTypeHealthUpdate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HistoryEventType.
+const (
+	HistoryEventTypeAction       HistoryEventType = "action"
+	HistoryEventTypeHealthUpdate HistoryEventType = "health_update"
+	HistoryEventTypeHostUpdate   HistoryEventType = "host_update"
+	HistoryEventTypeJobUpdate    HistoryEventType = "job_update"
+	HistoryEventTypeQueueUpdate  HistoryEventType = "queue_update"
+	HistoryEventTypeWorkerUpdate HistoryEventType = "worker_update"
+)
+
+// Valid indicates whether the value is a known member of the HistoryEventType enum.
+func (e HistoryEventType) Valid() bool {
+	switch e {
+	case HistoryEventTypeAction:
+		return true
+	case HistoryEventTypeHealthUpdate:
+		return true
+	case HistoryEventTypeHostUpdate:
+		return true
+	case HistoryEventTypeJobUpdate:
+		return true
+	case HistoryEventTypeQueueUpdate:
+		return true
+	case HistoryEventTypeWorkerUpdate:
 		return true
 	default:
 		return false
@@ -105,13 +135,13 @@ func (e HostStatus) Valid() bool {
 
 // Defines values for HostUpdateEventType.
 const (
-	HostUpdate HostUpdateEventType = "host_update"
+	HostUpdateEventTypeHostUpdate HostUpdateEventType = "host_update"
 )
 
 // Valid indicates whether the value is a known member of the HostUpdateEventType enum.
 func (e HostUpdateEventType) Valid() bool {
 	switch e {
-	case HostUpdate:
+	case HostUpdateEventTypeHostUpdate:
 		return true
 	default:
 		return false
@@ -171,13 +201,13 @@ func (e JobActionAction) Valid() bool {
 
 // Defines values for JobUpdateEventType.
 const (
-	JobUpdate JobUpdateEventType = "job_update"
+	JobUpdateEventTypeJobUpdate JobUpdateEventType = "job_update"
 )
 
 // Valid indicates whether the value is a known member of the JobUpdateEventType enum.
 func (e JobUpdateEventType) Valid() bool {
 	switch e {
-	case JobUpdate:
+	case JobUpdateEventTypeJobUpdate:
 		return true
 	default:
 		return false
@@ -186,16 +216,16 @@ func (e JobUpdateEventType) Valid() bool {
 
 // Defines values for PauseResultAction.
 const (
-	Pause  PauseResultAction = "pause"
-	Resume PauseResultAction = "resume"
+	PauseResultActionPause  PauseResultAction = "pause"
+	PauseResultActionResume PauseResultAction = "resume"
 )
 
 // Valid indicates whether the value is a known member of the PauseResultAction enum.
 func (e PauseResultAction) Valid() bool {
 	switch e {
-	case Pause:
+	case PauseResultActionPause:
 		return true
-	case Resume:
+	case PauseResultActionResume:
 		return true
 	default:
 		return false
@@ -204,13 +234,13 @@ func (e PauseResultAction) Valid() bool {
 
 // Defines values for QueueUpdateEventType.
 const (
-	QueueUpdate QueueUpdateEventType = "queue_update"
+	QueueUpdateEventTypeQueueUpdate QueueUpdateEventType = "queue_update"
 )
 
 // Valid indicates whether the value is a known member of the QueueUpdateEventType enum.
 func (e QueueUpdateEventType) Valid() bool {
 	switch e {
-	case QueueUpdate:
+	case QueueUpdateEventTypeQueueUpdate:
 		return true
 	default:
 		return false
@@ -226,6 +256,117 @@ const (
 func (e ResetEventType) Valid() bool {
 	switch e {
 	case ResetEventTypeReset:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleCatchUp.
+const (
+	ScheduleCatchUpAll  ScheduleCatchUp = "all"
+	ScheduleCatchUpLast ScheduleCatchUp = "last"
+	ScheduleCatchUpNone ScheduleCatchUp = "none"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleCatchUp enum.
+func (e ScheduleCatchUp) Valid() bool {
+	switch e {
+	case ScheduleCatchUpAll:
+		return true
+	case ScheduleCatchUpLast:
+		return true
+	case ScheduleCatchUpNone:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleSource.
+const (
+	Api    ScheduleSource = "api"
+	Config ScheduleSource = "config"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleSource enum.
+func (e ScheduleSource) Valid() bool {
+	switch e {
+	case Api:
+		return true
+	case Config:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleActionAction.
+const (
+	ScheduleActionActionPause   ScheduleActionAction = "pause"
+	ScheduleActionActionResume  ScheduleActionAction = "resume"
+	ScheduleActionActionTrigger ScheduleActionAction = "trigger"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleActionAction enum.
+func (e ScheduleActionAction) Valid() bool {
+	switch e {
+	case ScheduleActionActionPause:
+		return true
+	case ScheduleActionActionResume:
+		return true
+	case ScheduleActionActionTrigger:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleFiredEventType.
+const (
+	ScheduleFired ScheduleFiredEventType = "schedule_fired"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleFiredEventType enum.
+func (e ScheduleFiredEventType) Valid() bool {
+	switch e {
+	case ScheduleFired:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleMissedEventType.
+const (
+	ScheduleMissed ScheduleMissedEventType = "schedule_missed"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleMissedEventType enum.
+func (e ScheduleMissedEventType) Valid() bool {
+	switch e {
+	case ScheduleMissed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ScheduleRequestCatchUp.
+const (
+	ScheduleRequestCatchUpAll  ScheduleRequestCatchUp = "all"
+	ScheduleRequestCatchUpLast ScheduleRequestCatchUp = "last"
+	ScheduleRequestCatchUpNone ScheduleRequestCatchUp = "none"
+)
+
+// Valid indicates whether the value is a known member of the ScheduleRequestCatchUp enum.
+func (e ScheduleRequestCatchUp) Valid() bool {
+	switch e {
+	case ScheduleRequestCatchUpAll:
+		return true
+	case ScheduleRequestCatchUpLast:
+		return true
+	case ScheduleRequestCatchUpNone:
 		return true
 	default:
 		return false
@@ -300,13 +441,13 @@ func (e WorkerActionAction) Valid() bool {
 
 // Defines values for WorkerUpdateEventType.
 const (
-	WorkerUpdate WorkerUpdateEventType = "worker_update"
+	WorkerUpdateEventTypeWorkerUpdate WorkerUpdateEventType = "worker_update"
 )
 
 // Valid indicates whether the value is a known member of the WorkerUpdateEventType enum.
 func (e WorkerUpdateEventType) Valid() bool {
 	switch e {
-	case WorkerUpdate:
+	case WorkerUpdateEventTypeWorkerUpdate:
 		return true
 	default:
 		return false
@@ -460,6 +601,19 @@ type ErrorModel struct {
 	Type *string `json:"type,omitempty"`
 }
 
+// FiredData defines model for FiredData.
+type FiredData struct {
+	At       int64    `json:"at"`
+	Host     *string  `json:"host,omitempty"`
+	LagMs    *float64 `json:"lag_ms,omitempty"`
+	Manual   *bool    `json:"manual,omitempty"`
+	Queue    string   `json:"queue"`
+	Result   string   `json:"result"`
+	Schedule string   `json:"schedule"`
+	TaskId   *string  `json:"task_id,omitempty"`
+	Tick     *int64   `json:"tick,omitempty"`
+}
+
 // HealthReport defines model for HealthReport.
 type HealthReport struct {
 	// CheckedAt When this report was made (Unix ms)
@@ -512,6 +666,49 @@ type HealthUpdateEvent struct {
 
 // HealthUpdateEventType defines model for HealthUpdateEvent.Type.
 type HealthUpdateEventType string
+
+// History defines model for History.
+type History struct {
+	// Events The matching events, oldest first
+	Events []HistoryEvent `json:"events"`
+
+	// From The answer holds every matching event the stream kept from this time on (Unix ms): since, or the stream's oldest event when it has none as old, or where this page stopped
+	From int64 `json:"from"`
+
+	// More Older matching events may be in the stream: ask again with before=next_before
+	More bool `json:"more"`
+
+	// NextBefore With more: where the next page (older events) ends
+	//
+	// Example: 1790000000000-0
+	NextBefore *string `json:"next_before,omitempty"`
+}
+
+// HistoryEvent defines model for HistoryEvent.
+type HistoryEvent struct {
+	Action *Action `json:"action,omitempty"`
+
+	// Data The other types' payload, as in the event stream (job_update: a job event, queue_update: queue statistics, …)
+	Data interface{} `json:"data,omitempty"`
+
+	// Id Its id in the stream (the SSE id)
+	//
+	// Example: 1790000000000-0
+	Id string `json:"id"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: worker:tag:0:status
+	Topic string `json:"topic"`
+
+	// Type Example: worker_update
+	Type   HistoryEventType `json:"type"`
+	Worker *Worker          `json:"worker,omitempty"`
+}
+
+// HistoryEventType Example: worker_update
+type HistoryEventType string
 
 // Host defines model for Host.
 type Host struct {
@@ -612,6 +809,11 @@ type Job struct {
 	// CompletedAt When it completed (Unix ms)
 	CompletedAt *int64 `json:"completed_at,omitempty"`
 
+	// Crashes Workers that died while running it (its crash counter; cleared when it is archived as toxic)
+	//
+	// Example: 0
+	Crashes int64 `json:"crashes"`
+
 	// Deadline Deadline (Unix ms)
 	Deadline *int64 `json:"deadline,omitempty"`
 
@@ -639,11 +841,22 @@ type Job struct {
 	// Orphaned Active, but its worker is gone (asynq recovers it after the lease)
 	Orphaned *bool `json:"orphaned,omitempty"`
 
-	// Payload The payload, when it is JSON
+	// Payload The payload, when it is JSON and shown whole
 	Payload interface{} `json:"payload,omitempty"`
 
-	// PayloadBase64 The payload, base64-encoded, when it is not JSON
+	// PayloadBase64 The payload, base64-encoded, when it is not JSON and shown whole
 	PayloadBase64 *string `json:"payload_base64,omitempty"`
+
+	// PayloadPreview The beginning of a truncated payload, as text (bytes that are not UTF-8 replaced)
+	PayloadPreview *string `json:"payload_preview,omitempty"`
+
+	// PayloadSize The payload's size in bytes
+	//
+	// Example: 42
+	PayloadSize int64 `json:"payload_size"`
+
+	// PayloadTruncated The payload is longer than this answer shows (lists: a preview; a job's detail: up to its cap): payload_preview holds its beginning
+	PayloadTruncated *bool `json:"payload_truncated,omitempty"`
 
 	// Queue Example: tag
 	Queue string `json:"queue"`
@@ -710,6 +923,7 @@ type JobEvent struct {
 
 // JobList defines model for JobList.
 type JobList struct {
+	// Jobs The jobs, each payload shown whole up to the preview size, else as its beginning (payload_truncated); the full payload is in the job's detail
 	Jobs []Job `json:"jobs"`
 
 	// Page Example: 1
@@ -746,6 +960,20 @@ type Liveness struct {
 	//
 	// Example: ok
 	Status string `json:"status"`
+}
+
+// MissedData defines model for MissedData.
+type MissedData struct {
+	Capped      *bool   `json:"capped,omitempty"`
+	Fired       int64   `json:"fired"`
+	FirstMissed int64   `json:"first_missed"`
+	Host        *string `json:"host,omitempty"`
+	LastMissed  int64   `json:"last_missed"`
+	Missed      int64   `json:"missed"`
+	Policy      string  `json:"policy"`
+	Queue       string  `json:"queue"`
+	Schedule    string  `json:"schedule"`
+	Skipped     int64   `json:"skipped"`
 }
 
 // PauseResult defines model for PauseResult.
@@ -922,6 +1150,189 @@ type RolloutResult struct {
 	Workers int64 `json:"workers"`
 }
 
+// Schedule defines model for Schedule.
+type Schedule struct {
+	// CatchUp What a leader does with missed ticks: none skips them, last fires the latest once (default), all fires each
+	CatchUp *ScheduleCatchUp `json:"catch_up,omitempty"`
+
+	// CreatedAt Unix ms
+	CreatedAt int64 `json:"created_at"`
+
+	// Fires Tasks enqueued (ticks and triggers)
+	Fires int64 `json:"fires"`
+
+	// LastFire Last tick that enqueued a task, Unix ms
+	LastFire *int64 `json:"last_fire,omitempty"`
+
+	// LastFiredAt When the last task (of a tick or a trigger) was enqueued, Unix ms
+	LastFiredAt *int64 `json:"last_fired_at,omitempty"`
+
+	// LastTask Id of the last task enqueued
+	LastTask *string `json:"last_task,omitempty"`
+
+	// LastTasks Ids of the last tasks enqueued, newest first (up to 10)
+	LastTasks []string `json:"last_tasks"`
+
+	// LastTick Last tick decided (enqueued or skipped by its catch-up policy), Unix ms; no tick at or before it is ever enqueued
+	LastTick *int64 `json:"last_tick,omitempty"`
+
+	// MaxRetry Retries for handler errors (asynq's default 25)
+	MaxRetry *int64 `json:"max_retry,omitempty"`
+
+	// Name Unique name, ^[a-z0-9][a-z0-9_-]{0,62}$ (required to create; on an update, absent or the same)
+	//
+	// Example: nightly
+	Name *string `json:"name,omitempty"`
+
+	// NextFire Next tick, Unix ms (absent while paused)
+	NextFire *int64 `json:"next_fire,omitempty"`
+	Paused   bool   `json:"paused"`
+
+	// Payload Any JSON value, handed to the handler as its bytes (at most the job payload limit)
+	Payload interface{} `json:"payload,omitempty"`
+
+	// Queue Queue the tasks go to: one of the pools' queues
+	//
+	// Example: reports
+	Queue string `json:"queue"`
+
+	// RetentionSeconds How long a completed task is kept
+	RetentionSeconds *int64 `json:"retention_seconds,omitempty"`
+
+	// Since Its ticks are those after this (created, resumed, spec changed), Unix ms
+	Since int64 `json:"since"`
+
+	// Skipped Ticks skipped by the catch-up policy or the unique option
+	Skipped int64 `json:"skipped"`
+
+	// Source Where it was defined: a host's configuration file (replaced when a host starts with a different set) or the API
+	Source ScheduleSource `json:"source"`
+
+	// Spec When it ticks: a cron spec (5 fields, or 6 with seconds first), a descriptor (@hourly, @daily, …) or @every <duration>, with an optional CRON_TZ=<IANA zone> prefix (default UTC). Faster than once a second only with scheduler.allow_subsecond
+	//
+	// Example: CRON_TZ=Europe/Paris 0 2 * * *
+	Spec string `json:"spec"`
+
+	// TimeoutSeconds Per-attempt timeout; default the pool's task_timeout
+	TimeoutSeconds *int64 `json:"timeout_seconds,omitempty"`
+
+	// Type Task type
+	//
+	// Example: report:daily
+	Type string `json:"type"`
+
+	// UniqueSeconds asynq's Unique option: while a task of this schedule (same type and payload) holds the lock, a tick enqueues nothing (result duplicate)
+	UniqueSeconds *int64 `json:"unique_seconds,omitempty"`
+
+	// UpdatedAt Unix ms
+	UpdatedAt int64 `json:"updated_at"`
+}
+
+// ScheduleCatchUp What a leader does with missed ticks: none skips them, last fires the latest once (default), all fires each
+type ScheduleCatchUp string
+
+// ScheduleSource Where it was defined: a host's configuration file (replaced when a host starts with a different set) or the API
+type ScheduleSource string
+
+// ScheduleAction defines model for ScheduleAction.
+type ScheduleAction struct {
+	// Action Example: trigger
+	Action ScheduleActionAction `json:"action"`
+
+	// Changed false for a pause or resume that found it so already
+	Changed bool `json:"changed"`
+
+	// Message Example: schedule nightly triggered: task sched.nightly.manual.20261124T101500.123Z.3fa2b1
+	Message  string   `json:"message"`
+	Schedule Schedule `json:"schedule"`
+
+	// TaskId trigger: the task enqueued
+	TaskId *string `json:"task_id,omitempty"`
+}
+
+// ScheduleActionAction Example: trigger
+type ScheduleActionAction string
+
+// ScheduleFiredEvent defines model for ScheduleFiredEvent.
+type ScheduleFiredEvent struct {
+	Data FiredData `json:"data"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: schedule:nightly
+	Topic string                 `json:"topic"`
+	Type  ScheduleFiredEventType `json:"type"`
+}
+
+// ScheduleFiredEventType defines model for ScheduleFiredEvent.Type.
+type ScheduleFiredEventType string
+
+// ScheduleList defines model for ScheduleList.
+type ScheduleList struct {
+	// Schedules Every schedule, by name
+	Schedules []Schedule `json:"schedules"`
+}
+
+// ScheduleMissedEvent defines model for ScheduleMissedEvent.
+type ScheduleMissedEvent struct {
+	Data MissedData `json:"data"`
+
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: schedule:nightly
+	Topic string                  `json:"topic"`
+	Type  ScheduleMissedEventType `json:"type"`
+}
+
+// ScheduleMissedEventType defines model for ScheduleMissedEvent.Type.
+type ScheduleMissedEventType string
+
+// ScheduleRequest defines model for ScheduleRequest.
+type ScheduleRequest struct {
+	// CatchUp What a leader does with missed ticks: none skips them, last fires the latest once (default), all fires each
+	CatchUp *ScheduleRequestCatchUp `json:"catch_up,omitempty"`
+
+	// MaxRetry Retries for handler errors (asynq's default 25)
+	MaxRetry *int64 `json:"max_retry,omitempty"`
+
+	// Name Unique name, ^[a-z0-9][a-z0-9_-]{0,62}$ (required to create; on an update, absent or the same)
+	//
+	// Example: nightly
+	Name *string `json:"name,omitempty"`
+
+	// Payload Any JSON value, handed to the handler as its bytes (at most the job payload limit)
+	Payload interface{} `json:"payload,omitempty"`
+
+	// Queue Queue the tasks go to: one of the pools' queues
+	//
+	// Example: reports
+	Queue string `json:"queue"`
+
+	// RetentionSeconds How long a completed task is kept
+	RetentionSeconds *int64 `json:"retention_seconds,omitempty"`
+
+	// Spec When it ticks: a cron spec (5 fields, or 6 with seconds first), a descriptor (@hourly, @daily, …) or @every <duration>, with an optional CRON_TZ=<IANA zone> prefix (default UTC). Faster than once a second only with scheduler.allow_subsecond
+	//
+	// Example: CRON_TZ=Europe/Paris 0 2 * * *
+	Spec string `json:"spec"`
+
+	// TimeoutSeconds Per-attempt timeout; default the pool's task_timeout
+	TimeoutSeconds *int64 `json:"timeout_seconds,omitempty"`
+
+	// Type Task type
+	//
+	// Example: report:daily
+	Type string `json:"type"`
+
+	// UniqueSeconds asynq's Unique option: while a task of this schedule (same type and payload) holds the lock, a tick enqueues nothing (result duplicate)
+	UniqueSeconds *int64 `json:"unique_seconds,omitempty"`
+}
+
+// ScheduleRequestCatchUp What a leader does with missed ticks: none skips them, last fires the latest once (default), all fires each
+type ScheduleRequestCatchUp string
+
 // Session defines model for Session.
 type Session struct {
 	// AuthRequired Whether this server has a token at all (without one, the dashboard needs no session)
@@ -942,7 +1353,7 @@ type SessionRequest struct {
 
 // SnapshotEvent defines model for SnapshotEvent.
 type SnapshotEvent struct {
-	// Data By topic: system:health a HealthReport, host:* a Host, queue:status and queue:*:status queue Stats, queue:jobs a JobsSnapshot, job:* a Job
+	// Data By topic: system:health a HealthReport, host:* a Host, queue:status and queue:*:status queue Stats, queue:jobs a JobsSnapshot, job:* a Job, schedule:* a Schedule
 	Data interface{} `json:"data,omitempty"`
 
 	// Timestamp Unix ms
@@ -1029,6 +1440,11 @@ type Worker struct {
 	// Example: 1790000005000
 	LastHeartbeat *int64 `json:"last_heartbeat,omitempty"`
 
+	// LastRestart When the last counted restart was decided (Unix ms)
+	//
+	// Example: 1790000000500
+	LastRestart *int64 `json:"last_restart,omitempty"`
+
 	// LifetimeRestarts Counted restarts since the last reset
 	//
 	// Example: 3
@@ -1048,6 +1464,11 @@ type Worker struct {
 	//
 	// Example: exit code 1
 	Reason *string `json:"reason,omitempty"`
+
+	// RecentCrashes Times of the counted crashes in the restart policy's window, oldest first (Unix ms): the window the policy judges
+	//
+	// Example: [1790000000000]
+	RecentCrashes *[]int64 `json:"recent_crashes,omitempty"`
 
 	// RestartCount Consecutive counted restarts
 	//
@@ -1140,6 +1561,21 @@ type StreamEventsParams struct {
 	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
+// ListEventsParams defines parameters for ListEvents.
+type ListEventsParams struct {
+	// Topic Topic patterns, repeated, as for GET /api/v1/events (* stands for one or more whole segments). None: every topic.
+	Topic *[]string `form:"topic,omitempty" json:"topic,omitempty"`
+
+	// Since Only events from this time on (Unix ms); 0: as far back as the stream goes
+	Since *int64 `form:"since,omitempty" json:"since,omitempty"`
+
+	// Before Only events before this stream id: the next_before of the previous answer, to page back
+	Before *string `form:"before,omitempty" json:"before,omitempty"`
+
+	// Limit Most events in the answer: the newest ones that match
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListJobsParams defines parameters for ListJobs.
 type ListJobsParams struct {
 	// State Which jobs (archived ones include toxic jobs, with their reason)
@@ -1166,6 +1602,12 @@ type SetPoolSizeJSONRequestBody = PoolSizeInputBody
 
 // EnqueueJobJSONRequestBody defines body for EnqueueJob for application/json ContentType.
 type EnqueueJobJSONRequestBody = EnqueueRequest
+
+// CreateScheduleJSONRequestBody defines body for CreateSchedule for application/json ContentType.
+type CreateScheduleJSONRequestBody = ScheduleRequest
+
+// UpdateScheduleJSONRequestBody defines body for UpdateSchedule for application/json ContentType.
+type UpdateScheduleJSONRequestBody = ScheduleRequest
 
 // CreateSessionJSONRequestBody defines body for CreateSession for application/json ContentType.
 type CreateSessionJSONRequestBody = SessionRequest
@@ -1253,11 +1695,19 @@ type ClientInterface interface {
 	// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 	// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
 	// sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
-	// with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+	// with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+	// address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 `*`. Browsers authenticate with the session cookie
 	// (`POST /api/v1/session`), since EventSource cannot send headers.
 	//
 	// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
 	StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListEvents Past events
+	//
+	// The events still in the stream `vigil:events` (trimmed to about 10,000 entries) that match the topics, newest first up to limit, answered oldest first: a job's events (`job:<q>:<task>`), a worker's past statuses with their exit codes and reasons (`worker:<q>:<slot>:status`), the recent job outcomes of every queue (`queue:jobs`). One request reads at most 12,000 entries.
+	//
+	// Corresponds with GET /api/v1/events/history (the `ListEvents` operationId).
+	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealth Cluster health
 	//
@@ -1410,16 +1860,92 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/resume (the `ResumeAll` operationId).
 	ResumeAll(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListSchedules List schedules
+	//
+	// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README "Periodic tasks").
+	//
+	// Corresponds with GET /api/v1/schedules (the `ListSchedules` operationId).
+	ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateScheduleWithBody Create a schedule
+	//
+	// 201 with the schedule; its ticks start now. 422 names the bad field: an invalid spec or time zone, a queue no pool consumes, a payload over the size limit, a name taken, a schedule faster than once a second.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateSchedule Create a schedule
+	//
+	// 201 with the schedule; its ticks start now. 422 names the bad field: an invalid spec or time zone, a queue no pool consumes, a payload over the size limit, a name taken, a schedule faster than once a second.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/schedules (the `CreateSchedule` operationId).
+	CreateSchedule(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSchedule Delete a schedule
+	//
+	// 204 once deleted; its tasks stay in their queue.
+	//
+	// Corresponds with DELETE /api/v1/schedules/{name} (the `DeleteSchedule` operationId).
+	DeleteSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetSchedule Get a schedule
+	//
+	// Corresponds with GET /api/v1/schedules/{name} (the `GetSchedule` operationId).
+	GetSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateScheduleWithBody Replace a schedule's definition
+	//
+	// A new spec ticks from now on; with the same spec, the ticks not yet decided fire with the new definition. Moving it to another queue keeps its state (no tick fires twice). 422 as for a create; 404 unknown.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/schedules/{name} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateSchedule Replace a schedule's definition
+	//
+	// A new spec ticks from now on; with the same spec, the ticks not yet decided fire with the new definition. Moving it to another queue keeps its state (no tick fires twice). 422 as for a create; 404 unknown.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/schedules/{name} (the `UpdateSchedule` operationId).
+	UpdateSchedule(ctx context.Context, name string, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseSchedule Pause a schedule
+	//
+	// A paused schedule fires no tick; its ticks while paused are never fired. 200 also when it was paused.
+	//
+	// Corresponds with POST /api/v1/schedules/{name}/pause (the `PauseSchedule` operationId).
+	PauseSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeSchedule Resume a schedule
+	//
+	// It fires the ticks after the resume. 200 also when it was not paused.
+	//
+	// Corresponds with POST /api/v1/schedules/{name}/resume (the `ResumeSchedule` operationId).
+	ResumeSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TriggerSchedule Run a schedule now
+	//
+	// Enqueues one task of the schedule at once (paused or not), with an id of its own; no tick is decided by it. 409 while its unique option's lock is held.
+	//
+	// Corresponds with POST /api/v1/schedules/{name}/trigger (the `TriggerSchedule` operationId).
+	TriggerSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// DeleteSession End the dashboard session
 	//
-	// Clears the session cookie.
+	// Ends the session on the server (its cookie is no longer accepted anywhere) and clears the cookie.
 	//
 	// Corresponds with DELETE /api/v1/session (the `DeleteSession` operationId).
 	DeleteSession(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateSessionWithBody Start a dashboard session
 	//
-	// Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.
+	// Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1428,7 +1954,7 @@ type ClientInterface interface {
 
 	// CreateSession Start a dashboard session
 	//
-	// Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.
+	// Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1499,12 +2025,30 @@ type ClientInterface interface {
 // `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 // `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
 // sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
-// with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+// with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+// address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 `*`. Browsers authenticate with the session cookie
 // (`POST /api/v1/session`), since EventSource cannot send headers.
 //
 // Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
 func (c *Client) StreamEvents(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStreamEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEvents Past events
+//
+// The events still in the stream `vigil:events` (trimmed to about 10,000 entries) that match the topics, newest first up to limit, answered oldest first: a job's events (`job:<q>:<task>`), a worker's past statuses with their exit codes and reasons (`worker:<q>:<slot>:status`), the recent job outcomes of every queue (`queue:jobs`). One request reads at most 12,000 entries.
+//
+// Corresponds with GET /api/v1/events/history (the `ListEvents` operationId).
+func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1876,9 +2420,185 @@ func (c *Client) ResumeAll(ctx context.Context, reqEditors ...RequestEditorFn) (
 	return c.Client.Do(req)
 }
 
+// ListSchedules List schedules
+//
+// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README "Periodic tasks").
+//
+// Corresponds with GET /api/v1/schedules (the `ListSchedules` operationId).
+func (c *Client) ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSchedulesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateScheduleWithBody Create a schedule
+//
+// 201 with the schedule; its ticks start now. 422 names the bad field: an invalid spec or time zone, a queue no pool consumes, a payload over the size limit, a name taken, a schedule faster than once a second.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/schedules (the `CreateSchedule` operationId).
+func (c *Client) CreateScheduleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateScheduleRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateSchedule Create a schedule
+//
+// 201 with the schedule; its ticks start now. 422 names the bad field: an invalid spec or time zone, a queue no pool consumes, a payload over the size limit, a name taken, a schedule faster than once a second.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/schedules (the `CreateSchedule` operationId).
+func (c *Client) CreateSchedule(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateScheduleRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSchedule Delete a schedule
+//
+// 204 once deleted; its tasks stay in their queue.
+//
+// Corresponds with DELETE /api/v1/schedules/{name} (the `DeleteSchedule` operationId).
+func (c *Client) DeleteSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteScheduleRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSchedule Get a schedule
+//
+// Corresponds with GET /api/v1/schedules/{name} (the `GetSchedule` operationId).
+func (c *Client) GetSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetScheduleRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateScheduleWithBody Replace a schedule's definition
+//
+// A new spec ticks from now on; with the same spec, the ticks not yet decided fire with the new definition. Moving it to another queue keeps its state (no tick fires twice). 422 as for a create; 404 unknown.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/schedules/{name} (the `UpdateSchedule` operationId).
+func (c *Client) UpdateScheduleWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateScheduleRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateSchedule Replace a schedule's definition
+//
+// A new spec ticks from now on; with the same spec, the ticks not yet decided fire with the new definition. Moving it to another queue keeps its state (no tick fires twice). 422 as for a create; 404 unknown.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/schedules/{name} (the `UpdateSchedule` operationId).
+func (c *Client) UpdateSchedule(ctx context.Context, name string, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateScheduleRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseSchedule Pause a schedule
+//
+// A paused schedule fires no tick; its ticks while paused are never fired. 200 also when it was paused.
+//
+// Corresponds with POST /api/v1/schedules/{name}/pause (the `PauseSchedule` operationId).
+func (c *Client) PauseSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseScheduleRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeSchedule Resume a schedule
+//
+// It fires the ticks after the resume. 200 also when it was not paused.
+//
+// Corresponds with POST /api/v1/schedules/{name}/resume (the `ResumeSchedule` operationId).
+func (c *Client) ResumeSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeScheduleRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TriggerSchedule Run a schedule now
+//
+// Enqueues one task of the schedule at once (paused or not), with an id of its own; no tick is decided by it. 409 while its unique option's lock is held.
+//
+// Corresponds with POST /api/v1/schedules/{name}/trigger (the `TriggerSchedule` operationId).
+func (c *Client) TriggerSchedule(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTriggerScheduleRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // DeleteSession End the dashboard session
 //
-// Clears the session cookie.
+// Ends the session on the server (its cookie is no longer accepted anywhere) and clears the cookie.
 //
 // Corresponds with DELETE /api/v1/session (the `DeleteSession` operationId).
 func (c *Client) DeleteSession(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1895,7 +2615,7 @@ func (c *Client) DeleteSession(ctx context.Context, reqEditors ...RequestEditorF
 
 // CreateSessionWithBody Start a dashboard session
 //
-// Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.
+// Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).
 //
 // Takes any type of body and a specified content type.
 //
@@ -1914,7 +2634,7 @@ func (c *Client) CreateSessionWithBody(ctx context.Context, contentType string, 
 
 // CreateSession Start a dashboard session
 //
-// Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.
+// Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2141,6 +2861,96 @@ func NewStreamEventsRequest(server string, params *StreamEventsParams) (*http.Re
 			req.Header.Set("Last-Event-ID", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewListEventsRequest constructs an http.Request for the ListEvents method
+func NewListEventsRequest(server string, params *ListEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/events/history")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Topic != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "topic", *params.Topic, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Before != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "before", *params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -2855,6 +3665,290 @@ func NewResumeAllRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListSchedulesRequest constructs an http.Request for the ListSchedules method
+func NewListSchedulesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/schedules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateScheduleRequest calls the generic CreateSchedule builder with application/json body
+func NewCreateScheduleRequest(server string, body CreateScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateScheduleRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateScheduleRequestWithBody constructs an http.Request for the CreateSchedule method, with any body, and a specified content type
+func NewCreateScheduleRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/schedules")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteScheduleRequest constructs an http.Request for the DeleteSchedule method
+func NewDeleteScheduleRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetScheduleRequest constructs an http.Request for the GetSchedule method
+func NewGetScheduleRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateScheduleRequest calls the generic UpdateSchedule builder with application/json body
+func NewUpdateScheduleRequest(server string, name string, body UpdateScheduleJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateScheduleRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewUpdateScheduleRequestWithBody constructs an http.Request for the UpdateSchedule method, with any body, and a specified content type
+func NewUpdateScheduleRequestWithBody(server string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/schedules/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewPauseScheduleRequest constructs an http.Request for the PauseSchedule method
+func NewPauseScheduleRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/schedules/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResumeScheduleRequest constructs an http.Request for the ResumeSchedule method
+func NewResumeScheduleRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/schedules/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewTriggerScheduleRequest constructs an http.Request for the TriggerSchedule method
+func NewTriggerScheduleRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/schedules/%s/trigger", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewDeleteSessionRequest constructs an http.Request for the DeleteSession method
 func NewDeleteSessionRequest(server string) (*http.Request, error) {
 	var err error
@@ -3253,13 +4347,23 @@ type ClientWithResponsesInterface interface {
 	// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 	// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
 	// sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
-	// with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+	// with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+	// address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 `*`. Browsers authenticate with the session cookie
 	// (`POST /api/v1/session`), since EventSource cannot send headers.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/events (the `StreamEvents` operationId).
 	StreamEventsWithResponse(ctx context.Context, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
+	// ListEventsWithResponse Past events
+	//
+	// The events still in the stream `vigil:events` (trimmed to about 10,000 entries) that match the topics, newest first up to limit, answered oldest first: a job's events (`job:<q>:<task>`), a worker's past statuses with their exit codes and reasons (`worker:<q>:<slot>:status`), the recent job outcomes of every queue (`queue:jobs`). One request reads at most 12,000 entries.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/events/history (the `ListEvents` operationId).
+	ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error)
 
 	// GetHealthWithResponse Cluster health
 	//
@@ -3446,9 +4550,97 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/resume (the `ResumeAll` operationId).
 	ResumeAllWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ResumeAllResponse, error)
 
+	// ListSchedulesWithResponse List schedules
+	//
+	// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README "Periodic tasks").
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/schedules (the `ListSchedules` operationId).
+	ListSchedulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error)
+
+	// CreateScheduleWithBodyWithResponse Create a schedule
+	//
+	// 201 with the schedule; its ticks start now. 422 names the bad field: an invalid spec or time zone, a queue no pool consumes, a payload over the size limit, a name taken, a schedule faster than once a second.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error)
+
+	// CreateScheduleWithResponse Create a schedule
+	//
+	// 201 with the schedule; its ticks start now. 422 names the bad field: an invalid spec or time zone, a queue no pool consumes, a payload over the size limit, a name taken, a schedule faster than once a second.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/schedules (the `CreateSchedule` operationId).
+	CreateScheduleWithResponse(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error)
+
+	// DeleteScheduleWithResponse Delete a schedule
+	//
+	// 204 once deleted; its tasks stay in their queue.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/schedules/{name} (the `DeleteSchedule` operationId).
+	DeleteScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error)
+
+	// GetScheduleWithResponse Get a schedule
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/schedules/{name} (the `GetSchedule` operationId).
+	GetScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetScheduleResponse, error)
+
+	// UpdateScheduleWithBodyWithResponse Replace a schedule's definition
+	//
+	// A new spec ticks from now on; with the same spec, the ticks not yet decided fire with the new definition. Moving it to another queue keeps its state (no tick fires twice). 422 as for a create; 404 unknown.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/schedules/{name} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error)
+
+	// UpdateScheduleWithResponse Replace a schedule's definition
+	//
+	// A new spec ticks from now on; with the same spec, the ticks not yet decided fire with the new definition. Moving it to another queue keeps its state (no tick fires twice). 422 as for a create; 404 unknown.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/schedules/{name} (the `UpdateSchedule` operationId).
+	UpdateScheduleWithResponse(ctx context.Context, name string, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error)
+
+	// PauseScheduleWithResponse Pause a schedule
+	//
+	// A paused schedule fires no tick; its ticks while paused are never fired. 200 also when it was paused.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/schedules/{name}/pause (the `PauseSchedule` operationId).
+	PauseScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*PauseScheduleResponse, error)
+
+	// ResumeScheduleWithResponse Resume a schedule
+	//
+	// It fires the ticks after the resume. 200 also when it was not paused.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/schedules/{name}/resume (the `ResumeSchedule` operationId).
+	ResumeScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*ResumeScheduleResponse, error)
+
+	// TriggerScheduleWithResponse Run a schedule now
+	//
+	// Enqueues one task of the schedule at once (paused or not), with an id of its own; no tick is decided by it. 409 while its unique option's lock is held.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/schedules/{name}/trigger (the `TriggerSchedule` operationId).
+	TriggerScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*TriggerScheduleResponse, error)
+
 	// DeleteSessionWithResponse End the dashboard session
 	//
-	// Clears the session cookie.
+	// Ends the session on the server (its cookie is no longer accepted anywhere) and clears the cookie.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3457,7 +4649,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateSessionWithBodyWithResponse Start a dashboard session
 	//
-	// Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.
+	// Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3466,7 +4658,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateSessionWithResponse Start a dashboard session
 	//
-	// Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.
+	// Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3553,6 +4745,8 @@ type StreamEventsResponse struct {
 	ApplicationproblemJSON403 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3572,6 +4766,11 @@ func (r StreamEventsResponse) GetApplicationproblemJSON403() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r StreamEventsResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3613,6 +4812,82 @@ func (r StreamEventsResponse) ContentType() string {
 	return ""
 }
 
+type ListEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *History
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEventsResponse) GetJSON200() *History {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetHealthResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -3622,6 +4897,8 @@ type GetHealthResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -3639,6 +4916,11 @@ func (r GetHealthResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r GetHealthResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetHealthResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3684,6 +4966,8 @@ type ListHostsResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -3701,6 +4985,11 @@ func (r ListHostsResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListHostsResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListHostsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3750,6 +5039,8 @@ type DrainHostResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -3777,6 +5068,11 @@ func (r DrainHostResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r DrainHostResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DrainHostResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3826,6 +5122,8 @@ type UndrainHostResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -3853,6 +5151,11 @@ func (r UndrainHostResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r UndrainHostResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UndrainHostResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3902,6 +5205,8 @@ type DeleteJobResponse struct {
 	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -3929,6 +5234,11 @@ func (r DeleteJobResponse) GetApplicationproblemJSON409() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r DeleteJobResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteJobResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -3978,6 +5288,8 @@ type GetJobResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4005,6 +5317,11 @@ func (r GetJobResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r GetJobResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetJobResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4056,6 +5373,8 @@ type CancelJobResponse struct {
 	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4088,6 +5407,11 @@ func (r CancelJobResponse) GetApplicationproblemJSON409() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r CancelJobResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CancelJobResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4139,6 +5463,8 @@ type RetryJobResponse struct {
 	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4171,6 +5497,11 @@ func (r RetryJobResponse) GetApplicationproblemJSON409() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r RetryJobResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RetryJobResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4216,6 +5547,8 @@ type PauseAllResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4233,6 +5566,11 @@ func (r PauseAllResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r PauseAllResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PauseAllResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4278,6 +5616,8 @@ type ListPoolsResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4295,6 +5635,11 @@ func (r ListPoolsResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListPoolsResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListPoolsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4350,6 +5695,8 @@ type SetPoolSizeResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4392,6 +5739,11 @@ func (r SetPoolSizeResponse) GetApplicationproblemJSON415() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r SetPoolSizeResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r SetPoolSizeResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4441,6 +5793,8 @@ type RestartPoolResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4470,6 +5824,11 @@ func (r RestartPoolResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r RestartPoolResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RestartPoolResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4520,6 +5879,8 @@ type ListQueuesResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4537,6 +5898,11 @@ func (r ListQueuesResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListQueuesResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListQueuesResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4586,6 +5952,8 @@ type GetQueueResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4613,6 +5981,11 @@ func (r GetQueueResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r GetQueueResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetQueueResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4662,6 +6035,8 @@ type ListJobsResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4689,6 +6064,11 @@ func (r ListJobsResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r ListJobsResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListJobsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4751,6 +6131,8 @@ type EnqueueJobResponse struct {
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// Headers201 the parsed response headers for an HTTP 201 response
@@ -4802,6 +6184,11 @@ func (r EnqueueJobResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
 }
 
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r EnqueueJobResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r EnqueueJobResponse) GetApplicationproblemJSON500() *ErrorModel {
 	return r.ApplicationproblemJSON500
@@ -4849,6 +6236,8 @@ type PauseQueueResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4876,6 +6265,11 @@ func (r PauseQueueResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r PauseQueueResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PauseQueueResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4925,6 +6319,8 @@ type ResumeQueueResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -4952,6 +6348,11 @@ func (r ResumeQueueResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r ResumeQueueResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumeQueueResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -4997,6 +6398,8 @@ type ResumeAllResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -5014,6 +6417,11 @@ func (r ResumeAllResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ResumeAllResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumeAllResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5050,6 +6458,712 @@ func (r ResumeAllResponse) ContentType() string {
 	return ""
 }
 
+type ListSchedulesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleList
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSchedulesResponse) GetJSON200() *ScheduleList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListSchedulesResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSchedulesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSchedulesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSchedulesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSchedulesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateScheduleResponse201Headers the declared response headers of an HTTP 201 response for CreateSchedule
+type CreateScheduleResponse201Headers struct {
+	Location *string
+}
+
+type CreateScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateScheduleResponse201Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateScheduleResponse) GetJSON201() *Schedule {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateScheduleResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DeleteScheduleResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetScheduleResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Schedule
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *ErrorModel
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *ErrorModel
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateScheduleResponse) GetJSON200() *Schedule {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON400() *ErrorModel {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON413() *ErrorModel {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON415() *ErrorModel {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r UpdateScheduleResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type PauseScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleAction
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseScheduleResponse) GetJSON200() *ScheduleAction {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PauseScheduleResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResumeScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleAction
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumeScheduleResponse) GetJSON200() *ScheduleAction {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ResumeScheduleResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type TriggerScheduleResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ScheduleAction
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r TriggerScheduleResponse) GetJSON200() *ScheduleAction {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r TriggerScheduleResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r TriggerScheduleResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TriggerScheduleResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TriggerScheduleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // DeleteSessionResponse200Headers the declared response headers of an HTTP 200 response for DeleteSession
 type DeleteSessionResponse200Headers struct {
 	SetCookie *string
@@ -5060,8 +7174,12 @@ type DeleteSessionResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Session
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *DeleteSessionResponse200Headers
 }
@@ -5071,9 +7189,19 @@ func (r DeleteSessionResponse) GetJSON200() *Session {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r DeleteSessionResponse) GetApplicationproblemJSONDefault() *ErrorModel {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DeleteSessionResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -5119,12 +7247,16 @@ type CreateSessionResponse struct {
 	ApplicationproblemJSON400 *ErrorModel
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *ErrorModel
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// Headers200 the parsed response headers for an HTTP 200 response
@@ -5146,6 +7278,11 @@ func (r CreateSessionResponse) GetApplicationproblemJSON401() *ErrorModel {
 	return r.ApplicationproblemJSON401
 }
 
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r CreateSessionResponse) GetApplicationproblemJSON413() *ErrorModel {
 	return r.ApplicationproblemJSON413
@@ -5159,6 +7296,11 @@ func (r CreateSessionResponse) GetApplicationproblemJSON415() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r CreateSessionResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateSessionResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5204,6 +7346,8 @@ type ListWorkersResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -5221,6 +7365,11 @@ func (r ListWorkersResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r ListWorkersResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListWorkersResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5270,6 +7419,8 @@ type GetWorkerResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -5297,6 +7448,11 @@ func (r GetWorkerResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r GetWorkerResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkerResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5346,6 +7502,8 @@ type GetWorkerLogsResponse struct {
 	ApplicationproblemJSON404 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 }
@@ -5373,6 +7531,11 @@ func (r GetWorkerLogsResponse) GetApplicationproblemJSON404() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r GetWorkerLogsResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWorkerLogsResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5424,6 +7587,8 @@ type ResetWorkerResponse struct {
 	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -5458,6 +7623,11 @@ func (r ResetWorkerResponse) GetApplicationproblemJSON409() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r ResetWorkerResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResetWorkerResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5514,6 +7684,8 @@ type RestartWorkerResponse struct {
 	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -5548,6 +7720,11 @@ func (r RestartWorkerResponse) GetApplicationproblemJSON409() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r RestartWorkerResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RestartWorkerResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5604,6 +7781,8 @@ type StopWorkerResponse struct {
 	ApplicationproblemJSON409 *ErrorModel
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -5638,6 +7817,11 @@ func (r StopWorkerResponse) GetApplicationproblemJSON409() *ErrorModel {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r StopWorkerResponse) GetApplicationproblemJSON422() *ErrorModel {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StopWorkerResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -5791,7 +7975,8 @@ func (r ReadyzResponse) ContentType() string {
 // `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 // `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
 // sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
-// with Last-Event-ID); past sse.max_clients connections: 503. Browsers authenticate with the session cookie
+// with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+// address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 `*`. Browsers authenticate with the session cookie
 // (`POST /api/v1/session`), since EventSource cannot send headers.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -5803,6 +7988,21 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, para
 		return nil, err
 	}
 	return ParseStreamEventsResponse(rsp)
+}
+
+// ListEventsWithResponse Past events
+//
+// The events still in the stream `vigil:events` (trimmed to about 10,000 entries) that match the topics, newest first up to limit, answered oldest first: a job's events (`job:<q>:<task>`), a worker's past statuses with their exit codes and reasons (`worker:<q>:<slot>:status`), the recent job outcomes of every queue (`queue:jobs`). One request reads at most 12,000 entries.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/events/history (the `ListEvents` operationId).
+func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error) {
+	rsp, err := c.ListEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEventsResponse(rsp)
 }
 
 // GetHealthWithResponse Cluster health
@@ -6116,9 +8316,157 @@ func (c *ClientWithResponses) ResumeAllWithResponse(ctx context.Context, reqEdit
 	return ParseResumeAllResponse(rsp)
 }
 
+// ListSchedulesWithResponse List schedules
+//
+// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README "Periodic tasks").
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/schedules (the `ListSchedules` operationId).
+func (c *ClientWithResponses) ListSchedulesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListSchedulesResponse, error) {
+	rsp, err := c.ListSchedules(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSchedulesResponse(rsp)
+}
+
+// CreateScheduleWithBodyWithResponse Create a schedule
+//
+// 201 with the schedule; its ticks start now. 422 names the bad field: an invalid spec or time zone, a queue no pool consumes, a payload over the size limit, a name taken, a schedule faster than once a second.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/schedules (the `CreateSchedule` operationId).
+func (c *ClientWithResponses) CreateScheduleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error) {
+	rsp, err := c.CreateScheduleWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateScheduleResponse(rsp)
+}
+
+// CreateScheduleWithResponse Create a schedule
+//
+// 201 with the schedule; its ticks start now. 422 names the bad field: an invalid spec or time zone, a queue no pool consumes, a payload over the size limit, a name taken, a schedule faster than once a second.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/schedules (the `CreateSchedule` operationId).
+func (c *ClientWithResponses) CreateScheduleWithResponse(ctx context.Context, body CreateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateScheduleResponse, error) {
+	rsp, err := c.CreateSchedule(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateScheduleResponse(rsp)
+}
+
+// DeleteScheduleWithResponse Delete a schedule
+//
+// 204 once deleted; its tasks stay in their queue.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/schedules/{name} (the `DeleteSchedule` operationId).
+func (c *ClientWithResponses) DeleteScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DeleteScheduleResponse, error) {
+	rsp, err := c.DeleteSchedule(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteScheduleResponse(rsp)
+}
+
+// GetScheduleWithResponse Get a schedule
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/schedules/{name} (the `GetSchedule` operationId).
+func (c *ClientWithResponses) GetScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetScheduleResponse, error) {
+	rsp, err := c.GetSchedule(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetScheduleResponse(rsp)
+}
+
+// UpdateScheduleWithBodyWithResponse Replace a schedule's definition
+//
+// A new spec ticks from now on; with the same spec, the ticks not yet decided fire with the new definition. Moving it to another queue keeps its state (no tick fires twice). 422 as for a create; 404 unknown.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/schedules/{name} (the `UpdateSchedule` operationId).
+func (c *ClientWithResponses) UpdateScheduleWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error) {
+	rsp, err := c.UpdateScheduleWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateScheduleResponse(rsp)
+}
+
+// UpdateScheduleWithResponse Replace a schedule's definition
+//
+// A new spec ticks from now on; with the same spec, the ticks not yet decided fire with the new definition. Moving it to another queue keeps its state (no tick fires twice). 422 as for a create; 404 unknown.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/schedules/{name} (the `UpdateSchedule` operationId).
+func (c *ClientWithResponses) UpdateScheduleWithResponse(ctx context.Context, name string, body UpdateScheduleJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateScheduleResponse, error) {
+	rsp, err := c.UpdateSchedule(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateScheduleResponse(rsp)
+}
+
+// PauseScheduleWithResponse Pause a schedule
+//
+// A paused schedule fires no tick; its ticks while paused are never fired. 200 also when it was paused.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/schedules/{name}/pause (the `PauseSchedule` operationId).
+func (c *ClientWithResponses) PauseScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*PauseScheduleResponse, error) {
+	rsp, err := c.PauseSchedule(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseScheduleResponse(rsp)
+}
+
+// ResumeScheduleWithResponse Resume a schedule
+//
+// It fires the ticks after the resume. 200 also when it was not paused.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/schedules/{name}/resume (the `ResumeSchedule` operationId).
+func (c *ClientWithResponses) ResumeScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*ResumeScheduleResponse, error) {
+	rsp, err := c.ResumeSchedule(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeScheduleResponse(rsp)
+}
+
+// TriggerScheduleWithResponse Run a schedule now
+//
+// Enqueues one task of the schedule at once (paused or not), with an id of its own; no tick is decided by it. 409 while its unique option's lock is held.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/schedules/{name}/trigger (the `TriggerSchedule` operationId).
+func (c *ClientWithResponses) TriggerScheduleWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*TriggerScheduleResponse, error) {
+	rsp, err := c.TriggerSchedule(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTriggerScheduleResponse(rsp)
+}
+
 // DeleteSessionWithResponse End the dashboard session
 //
-// Clears the session cookie.
+// Ends the session on the server (its cookie is no longer accepted anywhere) and clears the cookie.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6133,7 +8481,7 @@ func (c *ClientWithResponses) DeleteSessionWithResponse(ctx context.Context, req
 
 // CreateSessionWithBodyWithResponse Start a dashboard session
 //
-// Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.
+// Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6148,7 +8496,7 @@ func (c *ClientWithResponses) CreateSessionWithBodyWithResponse(ctx context.Cont
 
 // CreateSessionWithResponse Start a dashboard session
 //
-// Exchanges the token for an HttpOnly, SameSite=Strict cookie that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token. Without a token configured, no cookie is needed: 200 with auth_required false.
+// Exchanges the token for an HttpOnly, SameSite=Strict cookie (Secure over TLS, behind a trusted proxy that says https, or with cookie_secure) that the server accepts like the bearer header (browsers' EventSource cannot send headers). 401 wrong token; 429 after too many wrong tokens from this client (see Retry-After). Without a token configured, no cookie is needed: 200 with auth_required false, from this host only (403 otherwise).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6314,6 +8662,13 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6327,6 +8682,67 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListEventsResponse parses an HTTP response from a ListEventsWithResponse call
+func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest History
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
@@ -6367,6 +8783,13 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -6414,6 +8837,13 @@ func ParseListHostsResponse(rsp *http.Response) (*ListHostsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -6476,6 +8906,13 @@ func ParseDrainHostResponse(rsp *http.Response) (*DrainHostResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6536,6 +8973,13 @@ func ParseUndrainHostResponse(rsp *http.Response) (*UndrainHostResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -6601,6 +9045,13 @@ func ParseDeleteJobResponse(rsp *http.Response) (*DeleteJobResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6661,6 +9112,13 @@ func ParseGetJobResponse(rsp *http.Response) (*GetJobResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -6730,6 +9188,13 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6798,6 +9263,13 @@ func ParseRetryJobResponse(rsp *http.Response) (*RetryJobResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6845,6 +9317,13 @@ func ParsePauseAllResponse(rsp *http.Response) (*PauseAllResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6891,6 +9370,13 @@ func ParseListPoolsResponse(rsp *http.Response) (*ListPoolsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -6974,6 +9460,13 @@ func ParseSetPoolSizeResponse(rsp *http.Response) (*SetPoolSizeResponse, error) 
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7035,6 +9528,13 @@ func ParseRestartPoolResponse(rsp *http.Response) (*RestartPoolResponse, error) 
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7088,6 +9588,13 @@ func ParseListQueuesResponse(rsp *http.Response) (*ListQueuesResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -7150,6 +9657,13 @@ func ParseGetQueueResponse(rsp *http.Response) (*GetQueueResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7210,6 +9724,13 @@ func ParseListJobsResponse(rsp *http.Response) (*ListJobsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -7300,6 +9821,13 @@ func ParseEnqueueJobResponse(rsp *http.Response) (*EnqueueJobResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7374,6 +9902,13 @@ func ParsePauseQueueResponse(rsp *http.Response) (*PauseQueueResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7435,6 +9970,13 @@ func ParseResumeQueueResponse(rsp *http.Response) (*ResumeQueueResponse, error) 
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7482,6 +10024,608 @@ func ParseResumeAllResponse(rsp *http.Response) (*ResumeAllResponse, error) {
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListSchedulesResponse parses an HTTP response from a ListSchedulesWithResponse call
+func ParseListSchedulesResponse(rsp *http.Response) (*ListSchedulesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSchedulesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateScheduleResponse parses an HTTP response from a CreateScheduleWithResponse call
+func ParseCreateScheduleResponse(rsp *http.Response) (*CreateScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateScheduleResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteScheduleResponse parses an HTTP response from a DeleteScheduleWithResponse call
+func ParseDeleteScheduleResponse(rsp *http.Response) (*DeleteScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetScheduleResponse parses an HTTP response from a GetScheduleWithResponse call
+func ParseGetScheduleResponse(rsp *http.Response) (*GetScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateScheduleResponse parses an HTTP response from a UpdateScheduleWithResponse call
+func ParseUpdateScheduleResponse(rsp *http.Response) (*UpdateScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Schedule
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParsePauseScheduleResponse parses an HTTP response from a PauseScheduleWithResponse call
+func ParsePauseScheduleResponse(rsp *http.Response) (*PauseScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleAction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResumeScheduleResponse parses an HTTP response from a ResumeScheduleWithResponse call
+func ParseResumeScheduleResponse(rsp *http.Response) (*ResumeScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleAction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseTriggerScheduleResponse parses an HTTP response from a TriggerScheduleWithResponse call
+func ParseTriggerScheduleResponse(rsp *http.Response) (*TriggerScheduleResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TriggerScheduleResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ScheduleAction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7515,12 +10659,26 @@ func ParseDeleteSessionResponse(rsp *http.Response) (*DeleteSessionResponse, err
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
@@ -7575,6 +10733,13 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 		}
 		response.ApplicationproblemJSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7595,6 +10760,13 @@ func ParseCreateSessionResponse(rsp *http.Response) (*CreateSessionResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -7655,6 +10827,13 @@ func ParseListWorkersResponse(rsp *http.Response) (*ListWorkersResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -7717,6 +10896,13 @@ func ParseGetWorkerResponse(rsp *http.Response) (*GetWorkerResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7777,6 +10963,13 @@ func ParseGetWorkerLogsResponse(rsp *http.Response) (*GetWorkerLogsResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -7845,6 +11038,13 @@ func ParseResetWorkerResponse(rsp *http.Response) (*ResetWorkerResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
@@ -7921,6 +11121,13 @@ func ParseRestartWorkerResponse(rsp *http.Response) (*RestartWorkerResponse, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7995,6 +11202,13 @@ func ParseStopWorkerResponse(rsp *http.Response) (*StopWorkerResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest ErrorModel

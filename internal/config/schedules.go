@@ -1,0 +1,159 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/vigil-dev/vigil/schedule"
+)
+
+// Scheduler holds the cluster's rules for schedules.
+type Scheduler struct {
+	// AllowSubsecond lets "@every" go below a second.
+	AllowSubsecond bool `yaml:"allow_subsecond"`
+	// MisfireGrace is how late a tick may fire and still count as on time.
+	MisfireGrace Duration `yaml:"misfire_grace"`
+	// MaxCatchUp bounds the missed ticks catch_up all fires at once.
+	MaxCatchUp int `yaml:"max_catch_up"`
+}
+
+// Schedule is one periodic task (README "Periodic tasks").
+type Schedule struct {
+	Name  string `yaml:"name"`
+	Spec  string `yaml:"spec"`
+	Queue string `yaml:"queue"`
+	Type  string `yaml:"type"`
+	// Payload is any YAML value, handed to the handler as its JSON.
+	Payload   Payload  `yaml:"payload"`
+	MaxRetry  *int     `yaml:"max_retry"`
+	Timeout   Duration `yaml:"timeout"`
+	Retention Duration `yaml:"retention"`
+	Unique    Duration `yaml:"unique"`
+	CatchUp   string   `yaml:"catch_up"`
+
+	line  int            // of the entry
+	lines map[string]int // of each field's value
+}
+
+// Payload is a YAML value kept as its JSON.
+type Payload json.RawMessage
+
+// UnmarshalYAML converts the value to JSON.
+func (p *Payload) UnmarshalYAML(n *yaml.Node) error {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return at(n, err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return at(n, fmt.Errorf("payload has no JSON form (map keys must be strings): %w", err))
+	}
+	*p = b
+	return nil
+}
+
+// scheduleFields are the YAML names of Schedule's fields.
+var scheduleFields = func() map[string]bool {
+	m := map[string]bool{}
+	t := reflect.TypeFor[Schedule]()
+	for i := range t.NumField() {
+		if tag := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]; tag != "" {
+			m[tag] = true
+		}
+	}
+	return m
+}()
+
+// UnmarshalYAML reads an entry and remembers where each field is, for
+// errors found later (Validate). Unknown fields are errors.
+func (s *Schedule) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return at(n, errors.New("a schedule is a mapping (name, spec, queue, type, …)"))
+	}
+	s.line, s.lines = n.Line, map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if !scheduleFields[k.Value] {
+			return &posError{line: k.Line, col: k.Column, err: fmt.Errorf("field %s not found in type config.Schedule", k.Value)}
+		}
+		s.lines[k.Value] = n.Content[i+1].Line
+	}
+	type plain Schedule
+	p := plain(*s)
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*s = Schedule(p)
+	return nil
+}
+
+// Definition converts the entry.
+func (s Schedule) Definition() schedule.Definition {
+	return schedule.Definition{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Payload: json.RawMessage(s.Payload),
+		MaxRetry: s.MaxRetry, Timeout: time.Duration(s.Timeout), Retention: time.Duration(s.Retention),
+		Unique: time.Duration(s.Unique), CatchUp: schedule.CatchUp(s.CatchUp), Source: schedule.SourceConfig}
+}
+
+// at names where field is in the file, if known.
+func (s Schedule) at(field string) string {
+	if l, ok := s.lines[field]; ok {
+		return fmt.Sprintf(" (line %d)", l)
+	}
+	if s.line > 0 {
+		return fmt.Sprintf(" (line %d)", s.line)
+	}
+	return ""
+}
+
+// SchedulerSettings converts the scheduler section.
+func (c Config) SchedulerSettings() schedule.Settings {
+	return schedule.Settings{AllowSubsecond: c.Scheduler.AllowSubsecond, MisfireGrace: time.Duration(c.Scheduler.MisfireGrace),
+		MaxCatchUp: c.Scheduler.MaxCatchUp}
+}
+
+// ScheduleDefinitions converts the schedules.
+func (c Config) ScheduleDefinitions() []schedule.Definition {
+	out := make([]schedule.Definition, len(c.Schedules))
+	for i, s := range c.Schedules {
+		out[i] = s.Definition()
+	}
+	return out
+}
+
+// validateSchedules checks the scheduler section and every schedule
+// against the pools' queues; an error names the field and its line.
+func (c Config) validateSchedules(now time.Time) error {
+	switch {
+	case c.Scheduler.MisfireGrace <= 0:
+		return errors.New("scheduler.misfire_grace must be > 0")
+	case c.Scheduler.MaxCatchUp < 1:
+		return errors.New("scheduler.max_catch_up must be >= 1")
+	}
+	queues := make([]string, len(c.Pools))
+	for i, p := range c.Pools {
+		queues[i] = p.Queue
+	}
+	rules := schedule.Rules{Queues: queues, MaxPayload: schedule.MaxPayloadDefault, AllowSubsecond: c.Scheduler.AllowSubsecond, Now: now}
+	seen := map[string]int{}
+	for i, s := range c.Schedules {
+		d := s.Definition()
+		if err := d.Check(rules); err != nil {
+			var fe *schedule.FieldError
+			if errors.As(err, &fe) {
+				return fmt.Errorf("schedules[%d].%s: %v%s", i, fe.Field, fe.Err, s.at(fe.Field))
+			}
+			return fmt.Errorf("schedules[%d]: %v%s", i, err, s.at(""))
+		}
+		if j, dup := seen[s.Name]; dup {
+			return fmt.Errorf("schedules[%d].name: duplicate schedule %q (also schedules[%d])%s", i, s.Name, j, s.at("name"))
+		}
+		seen[s.Name] = i
+	}
+	return nil
+}
