@@ -28,7 +28,7 @@ func main() {
 	seeds := flag.Int("seeds", 20, "seeds to run (besides the replay list)")
 	start := flag.Uint64("start", 0, "first seed (0 = a random one, printed)")
 	one := flag.Uint64("seed", 0, "replay this seed alone, verbose")
-	budget := flag.Duration("budget", 0, "start no seed after this long (0 = none)")
+	budget := flag.Duration("budget", 0, "start no new seed after this long (0 = none); the replay list always runs whole")
 	backend := flag.String("redis", explore.BackendMixed, "miniredis, redis-server or mixed (by the seed's parity)")
 	jobs := flag.Int("j", 2, "seeds run at once")
 	replay := flag.String("replay", "", "replay list run first (and where -record appends)")
@@ -142,16 +142,13 @@ func main() {
 					interrupted = true
 				default:
 				}
-				over := interrupted || next >= len(tasks) || (*budget > 0 && time.Since(began) > *budget)
-				if over && !interrupted && next < len(tasks) && tasks[next].replay && !warned {
+				// The budget bounds new seeds only: every seed that ever
+				// failed runs each time (CI relies on it).
+				spent := *budget > 0 && time.Since(began) > *budget
+				over := interrupted || next >= len(tasks) || (spent && !tasks[next].replay)
+				if spent && !interrupted && next < len(tasks) && tasks[next].replay && !warned {
 					warned = true
-					left := 0
-					for _, t := range tasks[next:] {
-						if t.replay {
-							left++
-						}
-					}
-					fmt.Printf("explore: the budget ran out before the replay list did (%d seeds of it left)\n", left)
+					fmt.Printf("explore: the budget ran out before the replay list did; it runs to its end\n")
 				}
 				if over {
 					mu.Unlock()
