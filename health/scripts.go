@@ -36,6 +36,14 @@ end
 // Returns {1, previous state} on success, {0, current state} when the
 // status machine refuses, {-1, lease holder} when the writer is not the
 // owner.
+//
+// A write the status machine would refuse but that finds the record
+// already as it would leave it (every field it sets equal, every field it
+// deletes absent; updated_at, in ms, makes two writes differ) is the same
+// write, applied once: it succeeds without writing. That is what a retry
+// finds when the reply of the first attempt was lost (go-redis retries a
+// script whose connection closed); refusing it left a claimed slot
+// starting with no process (fault explorer, E5).
 var writeScript = redis.NewScript(`
 local a = cjson.decode(ARGV[1])
 local owner = a.owner or ''
@@ -47,7 +55,19 @@ if st == 'stopped' and redis.call('HGET', KEYS[1], 'held') == '1' then tok = 'st
 if a.from then
   local ok = false
   for _, f in ipairs(a.from) do if f == tok then ok = true break end end
-  if not ok then return {0, tok} end
+  if not ok then
+    local same = true
+    for k, v in pairs(a.set) do
+      if redis.call('HGET', KEYS[1], k) ~= v then same = false break end
+    end
+    if same and a.del then
+      for _, f in ipairs(a.del) do
+        if redis.call('HEXISTS', KEYS[1], f) == 1 then same = false break end
+      end
+    end
+    if same then return {1, tok} end
+    return {0, tok}
+  end
 end
 local args = {}
 for k, v in pairs(a.set) do args[#args+1] = k; args[#args+1] = v end

@@ -1,0 +1,86 @@
+package health_test
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/faultproxy"
+	"github.com/vigil-dev/vigil/internal/testredis"
+)
+
+// viaProxy returns a store whose client reaches the test's Redis through a
+// fault proxy, with go-redis's default retries, and the proxy.
+func viaProxy(tb testing.TB, env *testredis.Env) (*health.Store, *faultproxy.Proxy) {
+	tb.Helper()
+	u, err := url.Parse(env.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	opt, err := redis.ParseURL(env.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opt.Addr = p.Addr()
+	c := redis.NewClient(opt)
+	tb.Cleanup(func() { _ = c.Close() })
+	s := health.NewStore(c, env.Prefix, 0)
+	if err := s.Load(testCtx(tb)); err != nil {
+		tb.Fatal(err)
+	}
+	return s, p
+}
+
+// A record write whose reply is lost (the connection closes after the
+// script ran) is retried by go-redis; the retry finds its own write
+// applied and must succeed. Refusing it ("cannot go from starting to
+// starting") left a claimed slot starting with no process (E5 of the
+// fault explorer: seeds 6, 205, 1002, 10009, 20021, 20212, 40004).
+func TestWriteRetriedAfterALostReplySucceeds(t *testing.T) {
+	env := testredis.New(t)
+	direct := health.NewStore(env.Client, env.Prefix, 0)
+	s, p := viaProxy(t, env)
+	ctx := testCtx(t)
+	stopped := record(tag0, health.StatusStopped, 0)
+	stopped.Reason = "rebalance"
+	seed(t, direct, stopped)
+
+	key := s.Keys().Component(tag0)
+	dropped := p.DropReply(func(args []string) bool {
+		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == key
+	})
+	next := record(tag0, health.StatusStarting, 0)
+	next.UpdatedAt = next.UpdatedAt.Add(3 * time.Millisecond)
+	if _, err := s.Write(ctx, next, health.Write{Actor: health.ActorMonitor, ClearHeartbeat: true, Index: true, NoEvent: true}); err != nil {
+		t.Errorf("write with its reply lost: %v, want its retry to succeed", err)
+	}
+	select {
+	case <-dropped:
+	default:
+		t.Fatal("the proxy swallowed no reply: the test did not test a lost reply")
+	}
+	got, err := direct.Get(ctx, tag0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != health.StatusStarting || !got.UpdatedAt.Equal(next.UpdatedAt) {
+		t.Errorf("stored %s updated %v, want starting updated %v", got.Status, got.UpdatedAt, next.UpdatedAt)
+	}
+
+	// A write that differs from what is stored is still refused: only the
+	// same write is taken for applied.
+	other := next
+	other.UpdatedAt = next.UpdatedAt.Add(5 * time.Millisecond)
+	if _, err := s.Write(ctx, other, health.Write{Actor: health.ActorMonitor}); err == nil {
+		t.Error("a second, different starting write over starting was allowed")
+	}
+}
