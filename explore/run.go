@@ -33,6 +33,7 @@ type Result struct {
 	Log        string // the schedule log
 	Faults     map[Kind]int
 	Jobs       JobStats
+	Ticks      TickStats
 	Took       time.Duration
 	LogDir     string // kept when the seed failed
 	Phases     string // how long each phase took
@@ -125,6 +126,7 @@ func RunSeed(seed uint64, opts Options, sh *Shared) Result {
 			return
 		}
 		res.Jobs = w.judgeJobs(v)
+		res.Ticks = w.judgeSchedules()
 		phase("jobs")
 		close(stopSampler)
 		<-samplerDone
@@ -156,6 +158,7 @@ type Summary struct {
 	Inconclusive  []uint64
 	Faults        map[Kind]int
 	Jobs          JobStats
+	Ticks         TickStats
 	Took          time.Duration // the seeds' own time, added
 	FailedSeeds   []uint64
 	ByInvariant   map[int]int
@@ -187,6 +190,9 @@ func (s *Summary) Add(r Result) {
 	s.Jobs.AwaitingLease += r.Jobs.AwaitingLease
 	s.Jobs.ShutdownOverlaps += r.Jobs.ShutdownOverlaps
 	s.Jobs.ToxicUnseen += r.Jobs.ToxicUnseen
+	s.Ticks.Fired += r.Ticks.Fired
+	s.Ticks.Twice += r.Ticks.Twice
+	s.Ticks.Gaps += r.Ticks.Gaps
 	if r.Failed() {
 		s.Failed++
 		s.FailedSeeds = append(s.FailedSeeds, r.Seed)
@@ -212,7 +218,7 @@ func (s Summary) String() string {
 		inv = append(inv, fmt.Sprintf("inv%d: %d", i, n))
 	}
 	sort.Strings(inv)
-	return fmt.Sprintf("seeds %d (%d on miniredis, %d on redis-server; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d in two handlers across a worker's shutdown, %d archived toxic before their handler wrote a line\nfailing seeds: %v",
+	return fmt.Sprintf("seeds %d (%d on miniredis, %d on redis-server; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d in two handlers across a worker's shutdown, %d archived toxic before their handler wrote a line\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
 		s.Seeds, s.ByBackend[BackendMini], s.ByBackend[BackendReal], s.Overloaded, s.Failed, inv, s.Inconclusive, strings.Join(kinds, ", "), s.Jobs.Enqueued, s.Jobs.Refused, s.Jobs.Completed, s.Jobs.Archived,
-		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ShutdownOverlaps, s.Jobs.ToxicUnseen, s.FailedSeeds)
+		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ShutdownOverlaps, s.Jobs.ToxicUnseen, s.Ticks.Fired, s.Ticks.Twice, s.Ticks.Gaps, s.FailedSeeds)
 }

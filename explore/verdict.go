@@ -7,16 +7,17 @@ import (
 
 // Invariants (issue 12), by number.
 var invariants = map[int]string{
-	1: "never two live processes for one slot",
-	2: "every live worker is tracked by one supervisor whose host holds the slot's lease; no orphan outlives stop_timeout + 1s",
-	3: "a slot's record names its lease holder",
-	4: "no stuck slot",
-	5: "counters count only real crashes",
-	6: "every operator action and every Stop answers within stop_timeout + 2s and Stop leaves no child",
-	7: "every job completes exactly once or is archived with a cause its handler saw",
-	8: "no goroutine leak per supervisor",
-	9: "no data race in a supervisor (hosts run under the race detector)",
-	0: "the explorer could not run the seed",
+	1:  "never two live processes for one slot",
+	2:  "every live worker is tracked by one supervisor whose host holds the slot's lease; no orphan outlives stop_timeout + 1s",
+	3:  "a slot's record names its lease holder",
+	4:  "no stuck slot",
+	5:  "counters count only real crashes",
+	6:  "every operator action and every Stop answers within stop_timeout + 2s and Stop leaves no child",
+	7:  "every job completes exactly once or is archived with a cause its handler saw",
+	8:  "no goroutine leak per supervisor",
+	9:  "no data race in a supervisor (hosts run under the race detector)",
+	10: "every tick of the seed's schedule is enqueued exactly once, and the leader keeps firing",
+	0:  "the explorer could not run the seed",
 }
 
 // Violation is one broken invariant with its evidence.

@@ -186,6 +186,7 @@ func (w *world) hostConfig(h *host) hostproto.Config {
 		Policy: policy.Config{BackoffBase: BackoffBase, BackoffMax: BackoffMax, Window: CrashWindow,
 			MaxInWindow: w.p.MaxInWindow, MaxLifetime: 100, StableAfter: CrashWindow,
 			JobCrashRetries: new(w.p.JobCrashRetries)},
+		Schedules: schedDefinitions(),
 	}
 	for _, p := range w.p.Pools {
 		cfg.Pools = append(cfg.Pools, hostproto.Pool{Queue: p.Queue, Workers: p.Workers,

@@ -51,6 +51,13 @@ type Config struct {
 	Metrics      Metrics
 	Clock        clock.Clock
 	Logger       *slog.Logger
+	// Restore, if set, writes this host's configured schedules again
+	// (Store.ApplyConfig) and reports whether it wrote any. The leader
+	// calls it when the cluster's schedules index is gone altogether:
+	// Redis lost its data (a restart without persistence, a FLUSHALL, a
+	// failover to an empty replica), and with it every schedule. Without
+	// it the configured schedules would stay lost until a host restarts.
+	Restore func(ctx context.Context) (bool, error)
 }
 
 // Scheduler fires the cluster's schedules while this host leads. Every
@@ -266,6 +273,22 @@ func (s *Scheduler) refresh(ctx context.Context) error {
 	}
 	if s.loaded && rev == s.rev {
 		return nil
+	}
+	if rev == "" && s.cfg.Restore != nil {
+		// No revision: the index was never written, or Redis lost it.
+		// Either way the configuration's schedules belong there (a
+		// revision of their own follows; ticks before now stay lost with
+		// the data, none is fired twice: the restored records start now).
+		restored, err := s.cfg.Restore(ctx)
+		if err != nil {
+			return err
+		}
+		if restored {
+			s.cfg.Logger.Warn("scheduler: the cluster's schedules were gone from Redis (it lost its data): this host's configured schedules written again")
+			if rev, err = s.hs.Client().HGet(ctx, keys.Schedules(), health.ScheduleRevField).Result(); err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+		}
 	}
 	index, err := s.hs.Client().HGetAll(ctx, keys.Schedules()).Result()
 	if err != nil {

@@ -453,6 +453,14 @@ func (s *Store) ApplyConfig(ctx context.Context, defs []Definition) (bool, error
 		switch {
 		case !ok:
 			_, err = s.Create(ctx, d)
+			if errors.Is(err, ErrExists) {
+				// Another host applying its configuration at the same
+				// time created it after our List: take it as found.
+				var cur View
+				if cur, err = s.Get(ctx, d.Name); err == nil && (cur.Source != SourceConfig || !cur.Definition.same(d)) {
+					err = s.adopt(ctx, cur, d)
+				}
+			}
 		case old.Source != SourceConfig || !old.Definition.same(d):
 			// Adopt the schedule: config-sourced from now on.
 			err = s.adopt(ctx, old, d)

@@ -38,7 +38,9 @@ func startSchedules(ctx context.Context, cfg config.Config, store *health.Store,
 	if applied {
 		log.Info("schedules of this host's configuration applied to the cluster", "schedules", len(cfg.Schedules))
 	}
-	sc := schedule.New(store, schedule.Config{Settings: settings, TaskTimeouts: timeouts, Host: host, Metrics: m, Logger: log})
+	sc := schedule.New(store, schedule.Config{Settings: settings, TaskTimeouts: timeouts, Host: host, Metrics: m, Logger: log,
+		// Redis lost its data: the leader writes the configured schedules again.
+		Restore: func(ctx context.Context) (bool, error) { return st.ApplyConfig(ctx, cfg.ScheduleDefinitions()) }})
 	sc.Start()
 	return schedules{store: st, scheduler: sc}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/policy"
+	"github.com/vigil-dev/vigil/schedule"
 )
 
 // Config is one host process's supervisor.
@@ -23,6 +24,9 @@ type Config struct {
 	TTL          time.Duration `json:"ttl"`
 	StartTimeout time.Duration `json:"start_timeout"`
 	Policy       policy.Config `json:"policy"`
+	// Schedules are the host's configured periodic tasks: it applies them
+	// at start, as vigil serve does, and fires them while it leads.
+	Schedules []schedule.Definition `json:"schedules,omitempty"`
 }
 
 // Pool is one pool of the host.

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/redisconn"
 	"github.com/vigil-dev/vigil/queue"
+	"github.com/vigil-dev/vigil/schedule"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -78,6 +80,13 @@ func run(cfg hostproto.Config) int {
 			Concurrency: p.Concurrency, TaskTimeout: p.TaskTimeout, Env: p.Env}
 		queues[i] = p.Queue
 	}
+	// The leader fires the schedules, as in vigil serve (sched is set
+	// before the supervisor starts, which calls OnLeader).
+	schedules := schedule.NewStore(store, schedule.StoreConfig{Host: cfg.Host, Logger: log})
+	sched := schedule.New(store, schedule.Config{Host: cfg.Host, Logger: log,
+		Restore: func(ctx context.Context) (bool, error) {
+			return schedules.ApplyConfig(ctx, slices.Clone(cfg.Schedules))
+		}})
 	sup, err := supervisor.New(supervisor.Config{
 		Host: cfg.Host, RedisURL: cfg.RedisURL, Prefix: cfg.Prefix, Pools: pools,
 		Lease: cfg.Lease, StopTimeout: cfg.StopTimeout, OpTimeout: cfg.OpTimeout,
@@ -85,6 +94,7 @@ func run(cfg hostproto.Config) int {
 		Policy:    cfg.Policy,
 		Recoverer: queue.NewRecoverer(store, queue.RecovererConfig{Logger: log}),
 		Logger:    log,
+		OnLeader:  func(leading bool, until time.Time) { sched.Leading(leading, until) },
 	}, store)
 	if err != nil {
 		_ = rdb.Close()
@@ -93,11 +103,16 @@ func run(cfg hostproto.Config) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err = queue.NewControl(store).Apply(ctx, queues) // as vigil serve does
 	if err == nil {
+		_, err = schedules.ApplyConfig(ctx, slices.Clone(cfg.Schedules))
+	}
+	if err == nil {
+		sched.Start()
 		err = sup.Start(ctx)
 	}
 	cancel()
 	if err != nil {
 		_ = sup.Stop(context.Background())
+		sched.Stop()
 		_ = rdb.Close()
 		return fail(err)
 	}
@@ -147,6 +162,7 @@ wait:
 	err = sup.Stop(sctx)
 	took := time.Since(began)
 	scancel()
+	sched.Stop()
 	// Actions in flight end with the supervisor: wait for them (a while).
 	answered := make(chan struct{})
 	go func() {

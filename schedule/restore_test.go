@@ -1,0 +1,127 @@
+package schedule_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/schedule"
+)
+
+// Redis lost its data (a restart without persistence, a FLUSHALL, a
+// failover to an empty replica): the configured schedules come back by
+// themselves on the leader, start from the moment they are written again,
+// and fire no tick twice; without Restore they stay lost.
+func TestConfiguredSchedulesComeBackAfterDataLoss(t *testing.T) {
+	for _, restore := range []bool{true, false} {
+		name := map[bool]string{true: "restored", false: "lost without Restore"}[restore]
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			defs := func() []schedule.Definition {
+				return []schedule.Definition{{Name: "every", Spec: "@every 1s", Queue: e.q, Type: "report", CatchUp: schedule.CatchUpAll}}
+			}
+			if applied, err := e.store.ApplyConfig(e.ctx(), defs()); err != nil || !applied {
+				t.Fatalf("ApplyConfig: %v, %v", applied, err)
+			}
+			restores := 0
+			a := e.scheduler("a", true, func(c *schedule.Config) {
+				if restore {
+					c.Restore = func(ctx context.Context) (bool, error) {
+						restores++
+						return e.store.ApplyConfig(ctx, defs())
+					}
+				}
+			})
+			for i := 1; i <= 2; i++ {
+				e.at(time.Duration(i)*time.Second + time.Millisecond)
+				a.Step(e.ctx())
+			}
+			if got, want := e.tasks(), tickIDs("every", secs(1, 2)...); !same(got, want) {
+				t.Fatalf("tasks before the loss %v, want %v", got, want)
+			}
+			if restores != 0 {
+				t.Errorf("Restore called %d times while the schedules were there", restores)
+			}
+			e.loseData()
+			// The loss goes unnoticed for 2.5 s: ticks 3 and 4 are lost with
+			// the data; 5, 6 fire; nothing fires twice.
+			e.at(4500 * time.Millisecond)
+			a.Step(e.ctx())
+			for i := 5; i <= 6; i++ {
+				e.at(time.Duration(i)*time.Second + time.Millisecond)
+				a.Step(e.ctx())
+			}
+			var want []string
+			if restore {
+				want = tickIDs("every", secs(5, 6)...)
+			}
+			if got := e.tasks(); !same(got, want) {
+				t.Fatalf("tasks after the loss %v, want %v", got, want)
+			}
+			if restore {
+				if restores != 1 {
+					t.Errorf("Restore called %d times, want once", restores)
+				}
+				if v := e.view("every"); v.Source != schedule.SourceConfig || v.Fires != 2 {
+					t.Errorf("restored schedule: source %q, fires %d", v.Source, v.Fires)
+				}
+			}
+		})
+	}
+}
+
+// loseData deletes every key of the env (Vigil's and asynq's of its
+// queue), as a FLUSHALL would, without touching other tests' keys on a
+// shared Redis.
+func (e *env) loseData() {
+	e.t.Helper()
+	ctx := e.ctx()
+	for _, pattern := range []string{e.redis.Prefix + "*", "asynq:{" + e.q + "}:*"} {
+		keys, err := e.redis.Client.Keys(ctx, pattern).Result()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			if err := e.redis.Client.Del(ctx, keys...).Err(); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// Hosts of one cluster start at once with the same configuration: each
+// applies it, and none fails to start because another created a schedule
+// between its read and its create (found by the fault explorer, seed 704).
+func TestHostsApplyTheSameConfigurationAtOnce(t *testing.T) {
+	e := newEnv(t)
+	for round := range 20 {
+		defs := func() []schedule.Definition {
+			return []schedule.Definition{
+				{Name: fmt.Sprintf("a%d", round), Spec: "@every 1s", Queue: e.q, Type: "report"},
+				{Name: fmt.Sprintf("b%d", round), Spec: "@every 1m", Queue: e.q, Type: "report"},
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for range 4 {
+			st := schedule.NewStore(e.hs, schedule.StoreConfig{Queues: []string{e.q}, Clock: e.clock})
+			wg.Go(func() {
+				if _, err := st.ApplyConfig(e.ctx(), defs()); err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: a host failed to apply the configuration: %v", round, err)
+		}
+		for _, d := range defs() {
+			if v := e.view(d.Name); v.Source != schedule.SourceConfig {
+				t.Errorf("round %d: %s has source %q", round, d.Name, v.Source)
+			}
+		}
+	}
+}
