@@ -130,6 +130,7 @@ type ledgerView struct {
 	runs, completions, failures map[string]int
 	completers, runners         map[string][]int
 	lastEnd, exits, procs       map[string]string
+	owners                      map[string]string // task → pid whose handler is inside it now
 	violations                  []string
 }
 
@@ -154,6 +155,8 @@ func (w *world) readLedger() (ledgerView, error) {
 	v.exits, err = w.lr.Hash(ctx, "exits")
 	errs = append(errs, err)
 	v.procs, err = w.lr.Hash(ctx, "procs")
+	errs = append(errs, err)
+	v.owners, err = w.lr.Hash(ctx, "owners")
 	errs = append(errs, err)
 	v.violations, err = w.lr.Violations(ctx)
 	errs = append(errs, err)
@@ -182,6 +185,18 @@ func (v ledgerView) runnersOf(id string) string {
 func (v ledgerView) procOf(pid int) (comp, host string) {
 	comp, host, _ = strings.Cut(v.procs[strconv.Itoa(pid)], " ")
 	return comp, host
+}
+
+// inHandler reports whether a live process's handler is inside task id
+// now (the ledger's owner entry, dropped when the handler leaves): a run
+// in progress, whatever earlier runs left behind.
+func (v ledgerView) inHandler(id string) bool {
+	pid, err := strconv.Atoi(v.owners[id])
+	if err != nil {
+		return false
+	}
+	_, state, _, ok := stat(pid)
+	return ok && state != 'Z'
 }
 
 // killed reports whether pid did not end on its own terms (no exits entry,
@@ -215,7 +230,7 @@ type JobStats struct {
 // enqueued.
 func (w *world) outcomeUnwritten(v ledgerView, j jobRec) bool {
 	pids := v.runners[j.id]
-	if len(pids) == 0 || v.lastEnd[j.id] == "" {
+	if len(pids) == 0 || v.lastEnd[j.id] == "" || v.inHandler(j.id) {
 		return false
 	}
 	_, host := v.procOf(pids[len(pids)-1])
@@ -227,6 +242,9 @@ func (w *world) outcomeUnwritten(v ledgerView, j jobRec) bool {
 // enqueued, or stopped while cut from Redis (the requeue it owed was lost
 // with it); or it never ran and some host was disturbed.
 func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
+	if v.inHandler(j.id) {
+		return false // it runs now: its outcome is coming
+	}
 	pids := v.runners[j.id]
 	if len(pids) == 0 {
 		// Dequeued, never begun: the dequeue's reply was lost (a cut
@@ -244,12 +262,42 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 	return w.b.killed(host, j.at, time.Now()) || w.b.stoppedCut(host, j.at, time.Now())
 }
 
-// judgeJobs checks invariant 7 over every job enqueued.
-func (w *world) judgeJobs(v ledgerView) JobStats {
+// taskState is a job as asynq showed it.
+type taskState struct {
+	state, lastErr string
+	err            error // reading it failed
+}
+
+// judgeJobs checks invariant 7 over every job enqueued. It reads asynq's
+// state of every job first, and the ledger (read) after: a handler writes
+// its completion to the ledger before its worker writes asynq's, so a
+// completion asynq showed is in the ledger read after it. The other order
+// (finding E13) took a job that completed between the two reads for one
+// that asynq completed without its handler succeeding.
+func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 	w.jobs.mu.Lock()
 	ids := append([]string(nil), w.jobs.order...)
 	st := JobStats{Enqueued: len(ids), Refused: w.jobs.failed}
 	w.jobs.mu.Unlock()
+	states := make(map[string]taskState, len(ids))
+	for _, id := range ids {
+		w.jobs.mu.Lock()
+		q := w.jobs.byID[id].queue
+		w.jobs.mu.Unlock()
+		info, err := w.insp.GetTaskInfo(q, id)
+		switch {
+		case err == nil:
+			states[id] = taskState{state: info.State.String(), lastErr: info.LastErr}
+		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+			states[id] = taskState{state: "gone"}
+		default:
+			states[id] = taskState{err: err}
+		}
+	}
+	v, err := read()
+	if err != nil {
+		return st, err
+	}
 	for _, msg := range v.violations {
 		// "<task> started in <pid> while <pid> runs it": an owner that was
 		// shutting down (it then exited on its own) had its task requeued by
@@ -270,15 +318,12 @@ func (w *world) judgeJobs(v ledgerView) JobStats {
 			st.Deleted++
 			continue
 		}
-		info, err := w.insp.GetTaskInfo(j.queue, id)
-		state := "gone"
-		lastErr := ""
-		if err == nil {
-			state, lastErr = info.State.String(), info.LastErr
-		} else if !errors.Is(err, asynq.ErrTaskNotFound) && !errors.Is(err, asynq.ErrQueueNotFound) {
-			w.violate(0, "read task %s: %v", id, err)
+		ts := states[id]
+		if ts.err != nil {
+			w.violate(0, "read task %s: %v", id, ts.err)
 			continue
 		}
+		state, lastErr := ts.state, ts.lastErr
 		runs, done := v.runs[id], v.completions[id]
 		what := fmt.Sprintf("%s job %s on %s (asynq: %s %q; ledger: %d runs, %d completions, last end %q%s)",
 			j.typ, id, j.queue, state, lastErr, runs, done, v.lastEnd[id], v.runnersOf(id))
@@ -346,7 +391,7 @@ func (w *world) judgeJobs(v ledgerView) JobStats {
 			w.violate(7, "%s: a toxic job ran %d times with job_crash_retries %d", what, runs, w.p.JobCrashRetries)
 		}
 	}
-	return st
+	return st, nil
 }
 
 // unexplainedDuplicate says why a repeated completion is not at least once

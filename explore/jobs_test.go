@@ -1,8 +1,17 @@
 package explore
 
 import (
+	"context"
+	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/internal/testledger"
 )
 
 // The ledger's two-handlers report is a violation unless the first owner
@@ -13,12 +22,102 @@ func TestJudgeTwoHandlers(t *testing.T) {
 		violations: []string{"j1 started in 200 while 100 runs it", "j2 started in 300 while 101 runs it"},
 		exits:      map[string]string{"100": "clean:0"},
 	}
-	st := w.judgeJobs(v)
+	st, err := w.judgeJobs(func() (ledgerView, error) { return v, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
 	if st.ShutdownOverlaps != 1 {
 		t.Fatalf("shutdown overlaps %d", st.ShutdownOverlaps)
 	}
 	vs := w.v.all()
 	if len(vs) != 1 || vs[0].Invariant != 7 {
+		t.Fatalf("violations %v", vs)
+	}
+}
+
+// E13 (seed 10014): a job whose later run was still in its handler when the
+// seed's jobs were judged. waitJobs took it for done (its earlier run's
+// outcome "could not be written", its host having been cut from Redis), the
+// judge read the ledger, the run completed, and asynq's "completed" read
+// after it had no completion in that ledger read: "asynq says completed,
+// its handler never succeeded" — for a job its handler did complete. A run
+// in progress is now never taken for done, and the judge reads asynq
+// before the ledger.
+func TestJudgeJobCompletingDuringTheJudgement(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil),
+		insp: asynq.NewInspectorFromRedisClient(rdb), lr: testledger.NewReader(rdb, "L:")}
+	defer w.insp.Close()
+	c := asynq.NewClientFromRedisClient(rdb)
+	defer c.Close()
+	at := time.Now()
+	if _, err := c.Enqueue(asynq.NewTask("sleep", []byte("50")), asynq.Queue("a"), asynq.TaskID("j1"), asynq.Retention(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	w.jobs.byID["j1"] = &jobRec{id: "j1", queue: "a", typ: "sleep", at: at, retriedAtRuns: -1}
+	w.jobs.order = []string{"j1"}
+	w.b.blip("", "redis outage") // every host cut from Redis once
+
+	// Run 1, in a process gone since, ended canceled (its worker shut down).
+	gone := testledger.NewWriter(rdb, "L:", 1<<22+1) // above pid_max: no such process
+	if err := gone.Hello(ctx, "worker:a:0", "h0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Start(ctx, "j1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.End(ctx, "j1", testledger.OutcomeCanceled); err != nil {
+		t.Fatal(err)
+	}
+	// Run 2, in this (live) process, inside its handler now: active in asynq.
+	live := testledger.NewWriter(rdb, "L:", os.Getpid())
+	if err := live.Hello(ctx, "worker:a:1", "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := live.Start(ctx, "j1"); err != nil {
+		t.Fatal(err)
+	}
+	m.Lpop("asynq:{a}:pending")
+	m.Lpush("asynq:{a}:active", "j1")
+	m.HSet("asynq:{a}:t:j1", "state", "active")
+
+	if done, left := w.jobsDone(); done {
+		t.Fatalf("a job whose handler runs now taken for done (%d left)", left)
+	}
+	before, err := w.readLedger() // what the judge used to read first
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Run 2 completes: the ledger first, then asynq.
+	if err := live.End(ctx, "j1", testledger.OutcomeOK); err != nil {
+		t.Fatal(err)
+	}
+	m.Del("asynq:{a}:active")
+	if _, err := m.ZAdd("asynq:{a}:completed", float64(time.Now().Add(time.Hour).Unix()), "j1"); err != nil {
+		t.Fatal(err)
+	}
+	m.HSet("asynq:{a}:t:j1", "state", "completed")
+	if done, _ := w.jobsDone(); !done {
+		t.Fatal("a completed job not taken for done")
+	}
+	st, err := w.judgeJobs(w.readLedger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vs := w.v.all(); len(vs) != 0 || st.Completed != 1 {
+		t.Fatalf("completed %d, violations %v", st.Completed, vs)
+	}
+
+	// The invariant still bites: asynq completed, no completion in the
+	// ledger read after it.
+	w.v = &verdict{}
+	if _, err := w.judgeJobs(func() (ledgerView, error) { return before, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if vs := w.v.all(); len(vs) != 1 || vs[0].Invariant != 7 || !strings.Contains(vs[0].Evidence, "never succeeded") {
 		t.Fatalf("violations %v", vs)
 	}
 }

@@ -121,11 +121,10 @@ func RunSeed(seed uint64, opts Options, sh *Shared) Result {
 			w.b.logf("jobs still not done 10s after the faults ended")
 		}
 		w.waitActions(StopTimeout + 2*time.Second)
-		if v, err = w.readLedger(); err != nil {
+		if res.Jobs, err = w.judgeJobs(w.readLedger); err != nil {
 			w.violate(0, "read the ledger: %v", err)
 			return
 		}
-		res.Jobs = w.judgeJobs(v)
 		res.Ticks = w.judgeSchedules()
 		phase("jobs")
 		close(stopSampler)
