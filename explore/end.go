@@ -155,15 +155,25 @@ func (w *world) revive() {
 // waitJobs waits until every job is done (see jobsDone), reviving the
 // slots that fail or are held meanwhile: a second toxic job may fail a
 // worker again (job_crash_retries + 1 crashes reach max_in_window).
+//
+// Done must hold for jobsStable: a revive puts a dead worker's tasks back
+// (one counted done while it waited for asynq's lease recovery), and its
+// worker then runs or archives them (seed 5001).
 func (w *world) waitJobs(timeout time.Duration) bool {
 	deadline := time.Now().Add(timeout)
+	var doneSince time.Time
 	for last := time.Now(); ; {
 		done, _ := w.jobsDone()
-		if done {
+		switch {
+		case !done:
+			doneSince = time.Time{}
+		case doneSince.IsZero():
+			doneSince = time.Now()
+		case time.Since(doneSince) >= jobsStable:
 			return true
 		}
 		if time.Now().After(deadline) {
-			return false
+			return done
 		}
 		if time.Since(last) > time.Second {
 			w.revive()
@@ -172,6 +182,10 @@ func (w *world) waitJobs(timeout time.Duration) bool {
 		time.Sleep(100 * time.Millisecond) // polling Redis: the workers run the jobs
 	}
 }
+
+// jobsStable is how long every job must look done before the jobs are
+// judged.
+const jobsStable = 1500 * time.Millisecond
 
 // stopAll stops every host gracefully, in parallel, checking each Stop
 // (invariants 6 and 8).
