@@ -5,8 +5,8 @@
 # operator actions are accepted only from loopback clients, which requests
 # through a published port are not. For example:
 #   docker run -e VIGIL_TOKEN=... -e VIGIL_REDIS_URL=redis://redis:6379/0 -p 8080:8080 vigil
-# Without VIGIL_REDIS_URL, Vigil uses an embedded in-memory Redis whose state
-# is lost when the container stops.
+# Without VIGIL_REDIS_URL, vigil serve refuses to start; VIGIL_REDIS_URL=embedded
+# runs an in-memory Redis whose state is lost when the container stops.
 
 FROM golang:1.26-bookworm AS build
 WORKDIR /src

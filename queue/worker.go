@@ -161,6 +161,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	sigpipe := make(chan os.Signal, 1)
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	defer signal.Stop(sigpipe)
+	redisconn.SetLogger(w.log) // go-redis's own lines too go through slog
 	rdb, err := redisconn.Open(w.env.RedisURL)
 	if err != nil {
 		return err

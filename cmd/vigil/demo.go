@@ -36,6 +36,7 @@ func demoCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("demo: find own binary: %w", err)
 	}
 	cfg := config.Default()
+	cfg.Redis = config.RedisEmbedded // unless --redis or VIGIL_REDIS_URL names one
 	cfg.Heartbeat = config.Heartbeat{Interval: config.Duration(time.Second), TTL: config.Duration(5 * time.Second), StartTimeout: config.Duration(20 * time.Second)}
 	cfg.StopTimeout = config.Duration(3 * time.Second)
 	for _, p := range []struct {

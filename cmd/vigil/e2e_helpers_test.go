@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -68,7 +69,7 @@ func e2eConfig(tb testing.TB, redisURL string, n int) config.Config {
 		tb.Fatal(err)
 	}
 	cfg := config.Default()
-	cfg.Redis = redisURL
+	cfg.Redis = cmp.Or(redisURL, config.RedisEmbedded)
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Prefix = "ve2e" + randSuffix() + ":"
 	cfg.Host = "e2e"

@@ -96,6 +96,7 @@ func TestMalformedRedisURLsPrintNoPassword(t *testing.T) {
 // local user could HSET the pause flags).
 func TestEmbeddedRedisNeedsAPassword(t *testing.T) {
 	cfg := config.Default()
+	cfg.Redis = config.RedisEmbedded
 	cfg.Listen = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

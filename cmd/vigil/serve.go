@@ -85,8 +85,14 @@ func applyOverrides(cfg *config.Config, flags *config.Flags) error {
 // serve runs Vigil until ctx ends. started, if set, is called once the
 // supervisor runs.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started func(*supervisor.Supervisor)) error {
+	// go-redis's own lines (reconnects, a new Sentinel master) go through
+	// slog too: --log-format json stays JSON.
+	redisconn.SetLogger(log)
 	url := cfg.Redis
-	if url == "" {
+	switch url {
+	case "":
+		return fmt.Errorf("config: redis: %w", config.ErrNoRedis)
+	case config.RedisEmbedded:
 		m, password, err := startEmbeddedRedis()
 		if err != nil {
 			return err
@@ -101,7 +107,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 			return err
 		}
 		defer remove()
-		log.Warn("no redis configured: using an embedded in-memory Redis (random password, handed to the workers); all state is lost when vigil exits",
+		log.Warn("redis: embedded: using an embedded in-memory Redis (random password, handed to the workers); all state is lost when vigil exits",
 			"addr", m.Addr(), "redis_file", file)
 	}
 	rdb, err := redisconn.Open(url)
@@ -179,7 +185,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 	if err := sup.Start(ctx); err != nil {
 		return err
 	}
-	log.Info("vigil running", "version", version, "host", sup.Config().Host, "redis", redisconn.Describe(url), "pools", len(cfg.Pools))
+	log.Info("vigil running", "version", version, "host", sup.Config().Host, "redis", redisconn.Describe(url),
+		"redis_tls", redisconn.UsesTLS(url), "pools", len(cfg.Pools))
 	srv, err := adminServer(cfg, store, sup, schedules.store, log)
 	if err != nil {
 		_ = sup.Stop(context.Background())

@@ -27,9 +27,20 @@ import (
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
+// RedisEmbedded, as the redis setting, runs an embedded in-memory Redis
+// (state lost on exit): what `vigil demo` does, and `vigil serve` only when
+// told so.
+const RedisEmbedded = "embedded"
+
+// ErrNoRedis: `vigil serve` was given no Redis.
+var ErrNoRedis = errors.New("no Redis configured: set --redis, VIGIL_REDIS_URL (or --redis-file, VIGIL_REDIS_FILE) or `redis:` in the config file; `redis: embedded` runs an in-memory Redis whose state is lost on exit")
+
 // Config is the whole configuration file.
 type Config struct {
-	Redis string `yaml:"redis" env:"VIGIL_REDIS_URL"`
+	// Redis is the Redis URL (redisconn), or RedisEmbedded. Empty is an
+	// error for `vigil serve`: it never picks an in-memory Redis by itself.
+	// Its variable is VIGIL_REDIS_URL, with VIGIL_REDIS as an alias.
+	Redis string `yaml:"redis" env:"VIGIL_REDIS_URL,VIGIL_REDIS"`
 	// RedisFile names a file holding the Redis URL (instead of redis).
 	RedisFile string   `yaml:"redis_file"`
 	Listen    string   `yaml:"listen"`

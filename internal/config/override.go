@@ -11,15 +11,44 @@ import (
 // field is one scalar setting, addressable as a flag and an env variable.
 type field struct {
 	path   string // "heartbeat.ttl"
-	envTag string // the variable's name when not derived from path
+	envTag string // the variable's name when not derived from path, then its aliases ("A,B")
 	v      reflect.Value
 }
 
 func (f field) env() string {
 	if f.envTag != "" {
-		return f.envTag
+		name, _, _ := strings.Cut(f.envTag, ",")
+		return name
 	}
 	return "VIGIL_" + strings.ToUpper(strings.NewReplacer(".", "_").Replace(f.path))
+}
+
+// aliases are the other names the field's variable is read under.
+func (f field) aliases() []string {
+	_, rest, ok := strings.Cut(f.envTag, ",")
+	if !ok {
+		return nil
+	}
+	return strings.Split(rest, ",")
+}
+
+// lookupEnv reads the field's variable, or else one of its aliases. The
+// name and an alias set to different values is an error: which one was
+// meant cannot be told.
+func (f field) lookupEnv(lookup func(string) (string, bool)) (name, value string, ok bool, err error) {
+	name = f.env()
+	value, ok = lookup(name)
+	for _, a := range f.aliases() {
+		av, aok := lookup(a)
+		switch {
+		case !aok:
+		case !ok:
+			name, value, ok = a, av, true
+		case av != value:
+			return "", "", false, fmt.Errorf("%s and its alias %s are both set, to different values: unset one", name, a)
+		}
+	}
+	return name, value, ok, nil
 }
 func (f field) flag() string { return strings.ReplaceAll(f.path, "_", "-") }
 
@@ -85,9 +114,13 @@ func (c *Config) fields() []field {
 // ApplyEnv sets every field whose VIGIL_* variable is set.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	for _, f := range c.fields() {
-		if s, ok := lookup(f.env()); ok {
+		name, s, ok, err := f.lookupEnv(lookup)
+		if err != nil {
+			return err
+		}
+		if ok {
 			if err := f.set(s); err != nil {
-				return fmt.Errorf("%s: %w", f.env(), err)
+				return fmt.Errorf("%s: %w", name, err)
 			}
 		}
 	}

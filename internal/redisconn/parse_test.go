@@ -146,3 +146,14 @@ func TestHasPasswordAndSkipsVerify(t *testing.T) {
 		}
 	}
 }
+
+func TestUsesTLS(t *testing.T) {
+	for u, want := range map[string]bool{
+		"redis://h:1/0": false, "rediss://h:1/0": true, "redis-sentinel://s/m": false,
+		"rediss-sentinel://s/m": true, "redis-cluster://a,b": false, "rediss-cluster://a,b": true, "": false,
+	} {
+		if got := UsesTLS(u); got != want {
+			t.Errorf("UsesTLS(%q) = %v, want %v", u, got, want)
+		}
+	}
+}

@@ -511,3 +511,10 @@ func Ping(ctx context.Context, c redis.UniversalClient, timeout time.Duration) e
 	}
 	return nil
 }
+
+// UsesTLS reports whether rawURL's scheme is one of the TLS ones (rediss,
+// rediss-sentinel, rediss-cluster).
+func UsesTLS(rawURL string) bool {
+	scheme, _, _ := strings.Cut(rawURL, "://")
+	return strings.HasPrefix(strings.ToLower(scheme), SchemeRedisTLS)
+}
