@@ -197,7 +197,7 @@ func (s *Supervisor) recoverTasks(w *worker, pid int, reason string) {
 	if s.cfg.Recoverer == nil {
 		return
 	}
-	if s.redisDown {
+	if s.redis.down() {
 		w.recover = append(w.recover, pid)
 		return
 	}

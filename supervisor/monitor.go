@@ -60,10 +60,15 @@ func (s *Supervisor) monitor() {
 			s.onRedisUp()
 		case <-s.ticks:
 			s.tick(false)
+		case <-s.pulses:
+			s.pulse()
 		case <-s.quit:
 			s.cancelAllTimers()
 			if s.cluster.tick != nil {
 				s.cluster.tick()
+			}
+			if s.stopPulse != nil {
+				s.stopPulse()
 			}
 			s.failPending()
 			return
@@ -157,7 +162,68 @@ func (s *Supervisor) onTimer(m timerMsg) {
 	}
 }
 
-// opCtx bounds one Redis call of the monitor.
+// armPulse schedules the next pulse (real time, as ticks: it measures
+// Redis, not the supervisor's clock).
+func (s *Supervisor) armPulse() {
+	t := time.AfterFunc(s.redis.pulse, func() {
+		select {
+		case s.pulses <- struct{}{}:
+		default:
+		}
+	})
+	s.stopPulse = t.Stop
+}
+
+// pulse makes sure the availability judgement sees a stall (see
+// availability): while Redis answers and a worker is judged by heartbeat,
+// one timed call at least every pulse; a PING when no other call was made.
+func (s *Supervisor) pulse() {
+	defer s.armPulse()
+	if s.redis.down() || !s.redis.quiet(s.cfg.Clock.Now()) || !s.judging() {
+		return
+	}
+	ctx, cancel := s.opCtx()
+	err := s.store.Client().Ping(ctx).Err()
+	cancel()
+	if err != nil {
+		s.redisFailed(err)
+	}
+}
+
+// judging reports whether a worker here is judged by heartbeat.
+func (s *Supervisor) judging() bool {
+	for _, w := range s.workers {
+		if w.state == stRunning {
+			return true
+		}
+	}
+	return false
+}
+
+// opCtx bounds one Redis call of the monitor; its cancel, called once the
+// call returned, tells the availability judgement how long it took.
 func (s *Supervisor) opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+	return s.timedCtx(s.cfg.OpTimeout)
+}
+
+// timedCtx bounds a few Redis calls of the monitor by d; its cancel, called
+// once they returned, tells the availability judgement how long they took.
+func (s *Supervisor) timedCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	start := s.cfg.Clock.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	return ctx, func() {
+		cancel()
+		s.answered(start)
+	}
+}
+
+// answered tells the availability judgement that calls sent at start got
+// their answers now. A slow answer means Redis was not answering: no
+// heartbeat is judged until it has answered for a whole TTL again.
+func (s *Supervisor) answered(start time.Time) {
+	now := s.cfg.Clock.Now()
+	if s.redis.answered(start, now) {
+		s.log.Warn("redis answered slowly: no heartbeat judged until it has answered for a whole TTL",
+			"took", now.Sub(start).Round(time.Millisecond), "grace", s.cfg.Heartbeat.TTL)
+	}
 }

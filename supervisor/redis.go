@@ -17,11 +17,9 @@ const probeInterval = 250 * time.Millisecond
 // and process exits are still handled (those of processes started during
 // the outage not counted).
 func (s *Supervisor) redisFailed(err error) {
-	if s.redisDown {
+	if !s.redis.lost() {
 		return
 	}
-	s.redisDown = true
-	s.outages++
 	s.log.Error("redis unreachable: holding state in memory, judging no heartbeats", "err", err)
 	s.wg.Add(1)
 	go func() {
@@ -55,7 +53,7 @@ func (s *Supervisor) probeRedis() {
 // it lost (it may have come back empty), requeues the tasks of processes
 // reaped meanwhile, and gives every live worker one full TTL of grace.
 func (s *Supervisor) onRedisUp() {
-	s.redisDown = false
+	s.redis.back(s.cfg.Clock.Now())
 	for _, w := range s.workers {
 		w.uncounted = 0
 	}
@@ -68,7 +66,7 @@ func (s *Supervisor) onRedisUp() {
 // host record and every record are written again, every worker gets a TTL
 // of grace. Nothing is killed for it.
 func (s *Supervisor) dataLost(why string) {
-	if s.redisDown {
+	if s.redis.down() {
 		return // the rewrite after the outage does it
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
@@ -99,7 +97,7 @@ func (s *Supervisor) rewriteState(why string) {
 			ids = append(ids, id)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout*5)
+	ctx, cancel := s.timedCtx(s.cfg.OpTimeout * 5)
 	stored, err := s.store.GetMany(ctx, ids)
 	cancel()
 	if err != nil {
@@ -129,7 +127,6 @@ func (s *Supervisor) rewriteState(why string) {
 			case errors.Is(err, health.ErrNotOwner):
 				s.lostToAnother(w, err)
 			default:
-				s.redisDown = false // let redisFailed start a probe
 				s.redisFailed(err)
 				return
 			}

@@ -77,7 +77,7 @@ func (s *Supervisor) forget(t step, releaseLease bool) {
 	s.disarmAll(w)
 	delete(s.workers, w.id)
 	t.to(stGone)
-	if releaseLease && !s.redisDown {
+	if releaseLease && !s.redis.down() {
 		ctx, cancel := s.opCtx()
 		defer cancel()
 		if err := s.store.Release(ctx, s.store.Keys().Slot(w.id), s.cluster.me); err != nil {
@@ -125,7 +125,7 @@ func (s *Supervisor) releaseAll() {
 	if s.cfg.OnLeader != nil {
 		s.cfg.OnLeader(false, time.Time{}) // before the lease goes: no fire after it
 	}
-	if s.redisDown {
+	if s.redis.down() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)

@@ -21,7 +21,7 @@ func (s *Supervisor) write(w *worker, wr health.Write) error {
 		return ErrSlotMoving
 	}
 	w.rec.UpdatedAt = s.cfg.Clock.Now()
-	if s.redisDown {
+	if s.redis.down() {
 		w.dirty = true
 		return nil
 	}
@@ -87,10 +87,7 @@ func (s *Supervisor) spawn(t step, actor health.Actor, writeRestarts bool) error
 	}
 	w.proc = proc
 	w.judgeFrom = proc.started
-	w.outage = 0
-	if s.redisDown {
-		w.outage = s.outages
-	}
+	w.outage = s.redis.outage()
 	t.to(stRunning)
 	r.PID = proc.pid
 	s.logw(w).Info("worker started", "pid", proc.pid, "restart_count", r.Restarts.RestartCount)
@@ -103,7 +100,7 @@ func (s *Supervisor) spawn(t step, actor health.Actor, writeRestarts bool) error
 // then the record has none, and no heartbeat adopts it (issue 12, defect
 // 8): the child's first beats wait for it.
 func (s *Supervisor) recordPID(w *worker) {
-	if s.redisDown {
+	if s.redis.down() {
 		return // w is dirty: the whole record is written when Redis returns
 	}
 	ctx, cancel := s.opCtx()
@@ -127,7 +124,7 @@ func (s *Supervisor) recordPID(w *worker) {
 // expires it on the spot if due) and judge, or re-arm for its new expiry.
 func (s *Supervisor) check(t step) {
 	w := t.w
-	if s.redisDown {
+	if s.redis.down() {
 		return // judged again after Redis returns (with a TTL of grace)
 	}
 	ctx, cancel := s.opCtx()
@@ -156,10 +153,15 @@ func (s *Supervisor) check(t step) {
 		// every worker a TTL of grace.
 		s.logw(w).Warn("heartbeat key and record gone at the deadline: Redis lost its data; writing the state again", "pid", w.proc.pid)
 		s.deferUntilIdle(func() { s.dataLost("state written again after Redis lost its data (seen at a heartbeat deadline)") })
+	case s.redis.answeredFor(hb.TTL, now) > 0:
+		// Redis did not answer for the whole TTL (a stall, an outage just
+		// ended): the worker may have had no chance to beat. Judged once it
+		// has answered for a TTL (fault explorer E14).
+		s.arm(w, timerCheck, s.redis.answeredFor(hb.TTL, now)+time.Millisecond)
 	case w.sawBeat || p.Status == health.StatusHealthy:
 		s.killFor(w, health.ExitHeartbeatTimeout, "hang", "heartbeat expired")
 	default:
-		left := hb.StartTimeout - now.Sub(w.judgeFrom)
+		left := hb.StartTimeout - now.Sub(latest(w.judgeFrom, s.redis.answeringSince()))
 		if left <= 0 {
 			s.killFor(w, health.ExitHeartbeatTimeout, "start_timeout", "no heartbeat within start_timeout")
 			return

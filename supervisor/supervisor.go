@@ -35,6 +35,7 @@ type Supervisor struct {
 	timers   chan timerMsg
 	cmds     chan func()
 	ticks    chan struct{}
+	pulses   chan struct{}
 	gone     chan goneMsg
 	up       chan struct{}
 	quit     chan struct{} // closed by Stop once drained: the monitor returns
@@ -55,8 +56,8 @@ type Supervisor struct {
 	// Owned by the monitor goroutine.
 	workers      map[health.ComponentID]*worker
 	seq          uint64
-	redisDown    bool
-	outages      uint64 // Redis outages so far (the current one while redisDown)
+	redis        availability // whether Redis answers, and since when
+	stopPulse    func() bool  // stops the pulse timer
 	shuttingDown bool
 	deferred     []func()      // run once the current message is handled
 	drained      chan struct{} // closed once shutting down and no process left
@@ -93,6 +94,8 @@ func New(cfg Config, store *health.Store) (*Supervisor, error) {
 		done:     make(chan struct{}),
 		workers:  map[health.ComponentID]*worker{},
 		drained:  make(chan struct{}),
+		redis:    newAvailability(cfg.Heartbeat.TTL, cfg.Heartbeat.Interval, cfg.OpTimeout),
+		pulses:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -134,7 +137,10 @@ func (s *Supervisor) Start(ctx context.Context) error {
 		defer s.wg.Done()
 		s.serveCommands()
 	}()
-	return s.call(ctx, func() { s.tick(true) })
+	return s.call(ctx, func() {
+		s.tick(true)
+		s.armPulse()
+	})
 }
 
 // Run starts the supervisor, waits for ctx to end and stops it gracefully.

@@ -34,7 +34,7 @@ func (s *Supervisor) tick(first bool) {
 		return // the host left the cluster: its leases are released
 	}
 	defer s.armTick()
-	if s.redisDown {
+	if s.redis.down() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
@@ -68,7 +68,7 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	if !first && !listed(ctl.hosts, s.cfg.Host) {
 		s.log.Warn("this host's record is gone from Redis: it lost its data; writing the state again")
 		s.dataLost("state written again after Redis lost its data")
-		if s.redisDown {
+		if s.redis.down() {
 			return nil
 		}
 	}
@@ -107,10 +107,14 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 	for i, w := range held {
 		keys[i] = s.store.Keys().Slot(w.id)
 	}
+	// The renewal is the monitor's pulse: one round trip every tick, timed
+	// for the availability judgement (a stall is seen by it).
+	start := s.cfg.Clock.Now()
 	lost, err := s.store.Renew(ctx, keys, s.cluster.me, s.cfg.Lease)
 	if err != nil {
 		return err
 	}
+	s.answered(start)
 	for i, w := range held {
 		if lost[i] {
 			s.fence(w)
