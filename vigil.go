@@ -146,6 +146,7 @@ func New(cfg Config) (*Vigil, error) {
 	if cfg.Redis == "" || cfg.Redis == config.RedisEmbedded {
 		return nil, errors.New("vigil: Settings.Redis: the Redis URL is required (the worker processes connect to it)")
 	}
+	cfg.PoolDefaults() // pools built in Go get the file's defaults
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("vigil: %w", err)
 	}
@@ -300,7 +301,8 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 		v.log.Info("admin API: mutations need the bearer token", "auth_reads", cfg.AuthReads)
 	}
 	v.started = true
-	v.log.Info("vigil running", "version", cfg.Version, "host", v.sup.Config().Host, "redis", redisconn.Describe(cfg.Redis), "pools", len(cfg.Pools))
+	v.log.Info("vigil running", "version", cfg.Version, "host", v.sup.Config().Host, "redis", redisconn.Describe(cfg.Redis),
+		"redis_tls", redisconn.UsesTLS(cfg.Redis), "pools", len(cfg.Pools))
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -178,6 +179,15 @@ func Parse(data []byte) (Config, error) {
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
 		return c, fmt.Errorf("config: %s", describe(data, err))
 	}
+	c.PoolDefaults()
+	return c, nil
+}
+
+// PoolDefaults fills in the zero fields of every pool that have a default
+// (concurrency, task_timeout, backpressure.pause_interval), as for a pool
+// read from a file; a program that builds its pools in Go calls it too.
+func (c *Config) PoolDefaults() {
+	c.Pools = slices.Clone(c.Pools)
 	for i := range c.Pools {
 		p := &c.Pools[i]
 		if p.Concurrency == 0 {
@@ -190,7 +200,6 @@ func Parse(data []byte) (Config, error) {
 			p.Backpressure.PauseInterval = Duration(10 * time.Second)
 		}
 	}
-	return c, nil
 }
 
 // Load reads the file at path ("" = defaults only).
