@@ -173,3 +173,13 @@ func newProc(tb testing.TB, dir, name string, port int, args ...string) *Proc {
 	tb.Cleanup(p.stop)
 	return p
 }
+
+// StartServer starts a standalone redis-server on port (the failover
+// suite's job ledger lives in one, apart from the topology under test).
+func StartServer(tb testing.TB, port int) *Proc {
+	tb.Helper()
+	need(tb, "redis-server")
+	p := newProc(tb, tb.TempDir(), "server", port)
+	p.start(tb)
+	return p
+}

@@ -1,0 +1,399 @@
+package failover_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/internal/testledger"
+	"github.com/vigil-dev/vigil/internal/testtopo"
+)
+
+const (
+	envGate = "VIGIL_FAILOVER"
+	// envRuns is how many runs of each scenario (default 1).
+	envRuns = "VIGIL_FAILOVER_RUNS"
+	// envOnly keeps the scenarios whose name contains one of its
+	// comma-separated words.
+	envOnly = "VIGIL_FAILOVER_ONLY"
+	// envOut, if set, names a file each run's result is appended to (JSON
+	// lines), for RELIABILITY.md's table.
+	envOut = "VIGIL_FAILOVER_OUT"
+
+	queueName   = "fo"
+	ledgerPort  = 6459
+	jobMS       = 50
+	enqueueStep = 100 * time.Millisecond
+	warmUp      = 2 * time.Second
+	after       = 6 * time.Second // enqueuing goes on this long after the new master
+)
+
+var (
+	sentinelPorts = testtopo.SentinelPorts{Master: 6431, Replica: 6432, Sentinel: 6433}
+	clusterPorts  = []int{6440, 6441, 6442, 6443, 6444, 6445}
+)
+
+// scenario is a topology and a fault. start returns Vigil's Redis URL and
+// the fault, which returns when it was injected and when the new master
+// took over.
+type scenario struct {
+	name  string
+	start func(t *testing.T) (url string, fault func(ctx context.Context) (time.Time, testtopo.Switch, error))
+}
+
+var scenarios = []scenario{
+	{"sentinel/failover", func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
+		s := testtopo.StartSentinel(t, sentinelPorts, testtopo.SentinelConfig{})
+		return s.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
+			at, err := s.Failover(ctx)
+			if err != nil {
+				return at, testtopo.Switch{}, err
+			}
+			sw, err := s.WaitNewMaster(ctx)
+			return at, sw, err
+		}
+	}},
+	{"sentinel/kill", func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
+		s := testtopo.StartSentinel(t, sentinelPorts, testtopo.SentinelConfig{})
+		return s.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
+			at := s.Master.Kill()
+			sw, err := s.WaitNewMaster(ctx)
+			return at, sw, err
+		}
+	}},
+	clusterKill("cluster/kill-queue", "asynq:{"+queueName+"}:pending"),
+	clusterKill("cluster/kill-events", "vigil:events"),
+}
+
+// clusterKill SIGKILLs the master of the shard that holds key.
+func clusterKill(name, key string) scenario {
+	return scenario{name, func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
+		c := testtopo.StartCluster(t, clusterPorts, testtopo.ClusterConfig{})
+		return c.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
+			sh, err := c.ShardOf(ctx, key)
+			if err != nil {
+				return time.Time{}, testtopo.Switch{}, err
+			}
+			at := sh.Master.Kill()
+			sw, err := c.WaitPromoted(ctx, sh.Replica)
+			return at, sw, err
+		}
+	}}
+}
+
+// result is one run's figures.
+type result struct {
+	Scenario string `json:"scenario"`
+	Run      int    `json:"run"`
+	// From the fault: when the new master was elected and announced (ms).
+	PromotedMS  int64 `json:"promoted_ms"`
+	AnnouncedMS int64 `json:"announced_ms"`
+	// From the announced new master: each host's API answering again, the
+	// first job enqueued after it done, and the later of those (ms).
+	APIBackMS map[string]int64 `json:"api_back_ms"`
+	JobBackMS int64            `json:"job_back_ms"`
+	WorkingMS int64            `json:"working_ms"`
+	// Damage.
+	APIErrors      int            `json:"api_errors"`
+	Accepted       int            `json:"accepted"`
+	DoneOnce       int            `json:"done_once"`
+	DoneTwice      int            `json:"done_twice"`
+	Lost           int            `json:"lost"`
+	WorkersKilled  int            `json:"workers_killed"`
+	CrashesCounted int            `json:"crashes_counted"`
+	LogLines       map[string]int `json:"log_lines"`
+	Load           string         `json:"load"`
+}
+
+// watched are the log lines a run counts, on both hosts.
+var watched = map[string]string{
+	"unreachable": "redis unreachable",
+	"lost_data":   "lost its data",
+	"host_lost":   `"msg":"host lost"`,
+	"leadership":  "leadership changed",
+	"lease_lost":  "slot lease lost",
+	"hb_expired":  "heartbeat expired",
+}
+
+func TestFailover(t *testing.T) {
+	if os.Getenv(envGate) == "" {
+		t.Skipf("starts real Redis topologies and two vigil hosts: set %s=1 (make test-failover)", envGate)
+	}
+	runs := 1
+	if n, err := strconv.Atoi(os.Getenv(envRuns)); err == nil && n > 0 {
+		runs = n
+	}
+	for _, sc := range scenarios {
+		if only := os.Getenv(envOnly); only != "" && !matchesAny(sc.name, only) {
+			continue
+		}
+		t.Run(strings.ReplaceAll(sc.name, "/", "_"), func(t *testing.T) {
+			for i := range runs {
+				t.Run("run"+strconv.Itoa(i+1), func(t *testing.T) { runScenario(t, sc, i+1) })
+			}
+		})
+	}
+}
+
+func matchesAny(name, words string) bool {
+	for w := range strings.SplitSeq(words, ",") {
+		if w = strings.TrimSpace(w); w != "" && strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// answer is one enqueue request.
+type answer struct {
+	host           string
+	sent, answered time.Time
+	code           int
+	id             string
+}
+
+func runScenario(t *testing.T, sc scenario, run int) {
+	ledgerSrv := testtopo.StartServer(t, ledgerPort)
+	lc := redis.NewClient(&redis.Options{Addr: ledgerSrv.Addr()})
+	defer lc.Close()
+	lr := testledger.NewReader(lc, "ledger:")
+	ledgerEnv := map[string]string{testledger.EnvURL: "redis://" + ledgerSrv.Addr() + "/0", testledger.EnvPrefix: lr.Prefix()}
+
+	url, fault := sc.start(t)
+	hosts := []*host{startHost(t, "a", url, ledgerEnv), startHost(t, "b", url, ledgerEnv)}
+	waitHealthy(t, hosts[0], 4)
+	restarts0 := restarts(t, hosts[0])
+
+	// Jobs through both APIs, every 100 ms each.
+	stopEnq := make(chan struct{})
+	var mu sync.Mutex
+	var answers []answer
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Go(func() {
+			tick := time.NewTicker(enqueueStep)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopEnq:
+					return
+				case <-tick.C:
+				}
+				a := answer{host: h.id, sent: time.Now()}
+				code, body, err := h.do(http.MethodPost, "/api/v1/queues/"+queueName+"/jobs", map[string]any{"type": "sleep", "payload": jobMS})
+				a.answered, a.code = time.Now(), code
+				if err == nil && code == http.StatusCreated {
+					var j struct{ ID string }
+					_ = json.Unmarshal(body, &j)
+					a.id = j.ID
+				}
+				mu.Lock()
+				answers = append(answers, a)
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(warmUp) // jobs flow before the fault
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	faultAt, sw, err := fault(ctx)
+	if err != nil {
+		close(stopEnq)
+		wg.Wait()
+		t.Fatalf("fault: %v", err)
+	}
+	time.Sleep(time.Until(sw.Announced.Add(after)))
+	close(stopEnq)
+	wg.Wait()
+
+	res := result{Scenario: sc.name, Run: run, PromotedMS: sw.Promoted.Sub(faultAt).Milliseconds(),
+		AnnouncedMS: sw.Announced.Sub(faultAt).Milliseconds(), APIBackMS: map[string]int64{}, LogLines: map[string]int{}}
+	tNew := sw.Announced
+	accepted := map[string]answer{}
+	lastFail := map[string]time.Time{}
+	for _, a := range answers {
+		if a.code == http.StatusCreated && a.id != "" {
+			accepted[a.id] = a
+			continue
+		}
+		res.APIErrors++
+		if a.answered.After(lastFail[a.host]) {
+			lastFail[a.host] = a.answered
+		}
+	}
+	for _, h := range hosts {
+		from := tNew
+		if lastFail[h.id].After(from) {
+			from = lastFail[h.id]
+		}
+		back := time.Time{}
+		for _, a := range answers {
+			if a.host == h.id && a.id != "" && a.answered.After(from) && (back.IsZero() || a.answered.Before(back)) {
+				back = a.answered
+			}
+		}
+		if back.IsZero() {
+			t.Errorf("host %s: no enqueue answered 201 after the new master", h.id)
+			res.APIBackMS[h.id] = -1
+			continue
+		}
+		res.APIBackMS[h.id] = back.Sub(tNew).Milliseconds()
+		res.WorkingMS = max(res.WorkingMS, res.APIBackMS[h.id])
+	}
+	res.Accepted = len(accepted)
+
+	// Drain: every accepted job done, or 30 s.
+	deadline := time.Now().Add(30 * time.Second)
+	var completions map[string]int
+	for {
+		completions, err = lr.Counts(context.Background(), "completions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing := 0
+		for id := range accepted {
+			if completions[id] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // polling the worker processes' ledger
+	}
+	firstDone, _ := lr.Hash(context.Background(), "first_done")
+	var jobBack time.Time
+	for id, a := range accepted {
+		switch n := completions[id]; {
+		case n == 0:
+			res.Lost++
+		case n == 1:
+			res.DoneOnce++
+		default:
+			res.DoneTwice++
+		}
+		if a.answered.Before(tNew) {
+			continue
+		}
+		if ms, err := strconv.ParseInt(firstDone[id], 10, 64); err == nil {
+			if at := time.UnixMilli(ms); jobBack.IsZero() || at.Before(jobBack) {
+				jobBack = at
+			}
+		}
+	}
+	if jobBack.IsZero() {
+		t.Errorf("no job enqueued after the new master was done")
+		res.JobBackMS = -1
+	} else {
+		res.JobBackMS = jobBack.Sub(tNew).Milliseconds() - jobMS
+		res.WorkingMS = max(res.WorkingMS, res.JobBackMS)
+	}
+	res.CrashesCounted = restarts(t, hosts[0]) - restarts0
+	for _, h := range hosts {
+		h.stop(15 * time.Second)
+		for k, s := range watched {
+			res.LogLines[k] += h.count(s)
+		}
+	}
+	procs, _ := lr.Hash(context.Background(), "procs")
+	exits, _ := lr.Hash(context.Background(), "exits")
+	for pid := range procs {
+		if _, ok := exits[pid]; !ok {
+			res.WorkersKilled++
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		res.Load = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	line, _ := json.Marshal(res)
+	t.Logf("RESULT %s", line)
+	if out := os.Getenv(envOut); out != "" {
+		if f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+			fmt.Fprintf(f, "%s\n", line)
+			f.Close()
+		}
+	}
+	if res.DoneTwice > 0 || res.WorkersKilled > 0 || res.CrashesCounted > 0 {
+		t.Errorf("%s: %d jobs done twice, %d healthy workers killed, %d crashes counted (want 0 each)",
+			sc.name, res.DoneTwice, res.WorkersKilled, res.CrashesCounted)
+		for _, h := range hosts {
+			t.Logf("host %s log (errors and warnings):\n%s", h.id, grepLevels(h.logText(), 80))
+		}
+	}
+}
+
+// waitHealthy waits until n workers are healthy.
+func waitHealthy(t *testing.T, h *host, n int) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		ws := workers(t, h)
+		healthy := 0
+		for _, w := range ws {
+			if w.Status == "healthy" {
+				healthy++
+			}
+		}
+		if healthy >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d workers healthy after 45 s: %+v\n%s", healthy, n, ws, h.logText())
+		}
+		time.Sleep(100 * time.Millisecond) // polling the hosts' API
+	}
+}
+
+type workerView struct {
+	Component        string `json:"component"`
+	Status           string `json:"status"`
+	LifetimeRestarts int    `json:"lifetime_restarts"`
+}
+
+func workers(t *testing.T, h *host) []workerView {
+	t.Helper()
+	code, body, err := h.do(http.MethodGet, "/api/v1/workers", nil)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /api/v1/workers: %d %v %s", code, err, body)
+	}
+	var out struct{ Workers []workerView }
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Workers
+}
+
+// restarts is the sum of counted restarts of every worker.
+func restarts(t *testing.T, h *host) int {
+	t.Helper()
+	n := 0
+	for _, w := range workers(t, h) {
+		n += w.LifetimeRestarts
+	}
+	return n
+}
+
+// grepLevels returns the last n warning and error lines of a JSON log.
+func grepLevels(log string, n int) string {
+	var out []string
+	for line := range strings.SplitSeq(log, "\n") {
+		if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+			out = append(out, line)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	sort.SliceStable(out, func(i, j int) bool { return false })
+	return strings.Join(out, "\n")
+}
