@@ -20,7 +20,7 @@ EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
 REDOCLY  ?= npx -y @redocly/cli@2
 FUZZTIME ?= 20s
 
-.PHONY: help run test test-redis chaos explore build lint openapi bench bench-short fuzz e2e dashboard-png vendor-uplot clean cgo-check redis-server-check
+.PHONY: help run test test-redis test-failover chaos explore build lint openapi bench bench-short fuzz e2e dashboard-png vendor-uplot clean cgo-check redis-server-check
 
 help: ## list the targets
 	@printf 'Usage: make <target>\n\nTargets:\n'
@@ -42,6 +42,19 @@ test-redis: cgo-check ## run the suite against a real Redis (needs VIGIL_TEST_RE
 	@$(MAKE) redis-server-check
 	@echo "test-redis: using $$VIGIL_TEST_REDIS_URL"
 	VIGIL_TEST_REDIS_URL="$$VIGIL_TEST_REDIS_URL" env -u VIGIL_CHAOS $(GO) test -race -count=1 -p 1 ./...
+
+# The failover suite (failover/, RELIABILITY.md "Redis failover") starts
+# real topologies from redis-server binaries on ports 6431-6459: a
+# Sentinel (master, replica, sentinel) and a 6-node Cluster with replicas,
+# two vigil hosts and a pool, and fails Redis over under a stream of jobs.
+RUNS ?= 1
+ONLY ?=
+OUT  ?=
+test-failover: cgo-check ## the failover suite: Sentinel and Cluster-with-replicas failovers under load (RUNS=1 per scenario, ONLY=sentinel/kill,cluster picks scenarios (and skips the harness's own tests), OUT=file.jsonl keeps the figures; ~25 s a run)
+	@$(MAKE) redis-server-check
+	VIGIL_FAILOVER=1 VIGIL_FAILOVER_RUNS=$(RUNS) VIGIL_FAILOVER_ONLY=$(ONLY) VIGIL_FAILOVER_OUT=$(abspath $(or $(OUT),/dev/null)) \
+		$(GO) test -race -count=1 -p 1 -timeout 90m -v $(if $(ONLY),,./internal/testtopo/) ./failover/ 2>&1 | \
+		grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|RESULT|_test\.go:[0-9]+:'
 
 # The chaos suite starts its own redis-server processes: it needs the
 # binary, not VIGIL_TEST_REDIS_URL. RELIABILITY.md lists the scenarios.

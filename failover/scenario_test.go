@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +34,7 @@ const (
 	jobMS       = 50
 	enqueueStep = 100 * time.Millisecond
 	warmUp      = 2 * time.Second
-	after       = 6 * time.Second // enqueuing goes on this long after the new master
+	after       = 4 * time.Second // enqueuing goes on this long after the new master
 )
 
 var (
@@ -394,6 +393,5 @@ func grepLevels(log string, n int) string {
 	if len(out) > n {
 		out = out[len(out)-n:]
 	}
-	sort.SliceStable(out, func(i, j int) bool { return false })
 	return strings.Join(out, "\n")
 }

@@ -105,7 +105,7 @@ func (o *Options) Client() redis.UniversalClient {
 	case Sentinel:
 		return redis.NewFailoverClient(o.Failover)
 	case Cluster:
-		return redis.NewClusterClient(o.Cluster)
+		return newClusterClient(o.Cluster)
 	}
 	return redis.NewClient(o.Simple)
 }
