@@ -284,6 +284,7 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 		Store: store, Supervisor: v.sup, Queues: queues, TaskTimeouts: timeouts,
 		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
 		ListenHosts: cfg.ListenHosts(), TrustedProxies: proxies, CookieSecure: cfg.CookieSecure,
+		DurableEnqueue: queue.DurableConfig{Replicas: cfg.DurableEnqueue.Replicas, Timeout: time.Duration(cfg.DurableEnqueue.Timeout)},
 		PayloadPreview: int(cfg.JobView.PayloadPreview), MaxPayloadShown: int(cfg.JobView.MaxPayload), ReadBudget: int64(cfg.JobView.ReadBudget),
 		BasePath: cfg.BasePath, Version: server.APIVersion, Logger: v.log, Cluster: v.sup, MaxPoolSize: cfg.MaxPoolSize, Metrics: v.metrics,
 		Schedules: schedules, SSE: server.SSEConfig{MaxClients: cfg.SSE.MaxClients, MaxClientsPerAddress: cfg.SSE.MaxClientsPerAddress,

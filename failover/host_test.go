@@ -51,6 +51,12 @@ func startHost(t *testing.T, id, redisURL string, ledgerEnv map[string]string) *
 	if err := os.WriteFile(path, hostConfig(id, redisURL, ledgerEnv), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return startHostFile(t, id, path)
+}
+
+// startHostFile starts `vigil serve` with the configuration file at path.
+func startHostFile(t *testing.T, id, path string) *host {
+	t.Helper()
 	h := &host{t: t, id: id, done: make(chan struct{}),
 		http: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 	h.cmd = exec.Command(vigilBin, "serve", "--config", path)
@@ -124,6 +130,11 @@ func (h *host) stop(timeout time.Duration) {
 }
 
 func (h *host) do(method, path string, body any) (int, []byte, error) {
+	code, _, b, err := h.doHeader(method, path, body)
+	return code, b, err
+}
+
+func (h *host) doHeader(method, path string, body any) (int, http.Header, []byte, error) {
 	var r io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -131,7 +142,7 @@ func (h *host) do(method, path string, body any) (int, []byte, error) {
 	}
 	req, err := http.NewRequest(method, h.url+path, r)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	if body != nil {
@@ -139,11 +150,11 @@ func (h *host) do(method, path string, body any) (int, []byte, error) {
 	}
 	res, err := h.http.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
-	return res.StatusCode, b, err
+	return res.StatusCode, res.Header, b, err
 }
 
 func cleanEnv() []string {

@@ -241,8 +241,15 @@ type processCounters struct{ m *queue.Metrics }
 var duplicateDesc = prometheus.NewDesc("vigil_duplicate_skips_total",
 	"Enqueues this process refused as duplicates (a Unique lock held, or a task id in use).", nil, nil)
 
-func (p processCounters) Describe(ch chan<- *prometheus.Desc) { ch <- duplicateDesc }
+var notDurableDesc = prometheus.NewDesc("vigil_enqueue_not_durable_total",
+	"Durable enqueues (durable_enqueue) whose task did not reach the replicas asked for in time: answered 503.", nil, nil)
+
+func (p processCounters) Describe(ch chan<- *prometheus.Desc) {
+	ch <- duplicateDesc
+	ch <- notDurableDesc
+}
 
 func (p processCounters) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(duplicateDesc, prometheus.CounterValue, float64(p.m.DuplicateSkips.Load()))
+	ch <- prometheus.MustNewConstMetric(notDurableDesc, prometheus.CounterValue, float64(p.m.NotDurable.Load()))
 }

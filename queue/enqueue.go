@@ -37,6 +37,9 @@ type ClientConfig struct {
 	TaskTimeouts map[string]time.Duration
 	Logger       *slog.Logger
 	Clock        clock.Clock
+	// Durable, with Replicas > 0, makes Enqueue return only once the task
+	// reached that many replicas (ErrNotDurable if not in time).
+	Durable DurableConfig
 }
 
 // Client enqueues tasks after checking them, and announces each one
@@ -120,6 +123,16 @@ func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts .
 			c.cfg.Logger.Warn("announce a task not enqueued", "queue", q, "task", id, "err", aerr)
 		}
 		return nil, err
+	}
+	if c.cfg.Durable.Replicas > 0 {
+		n, err := waitReplicas(ctx, c.store.Client(), c.store.Keys().Prefix, q, c.cfg.Durable)
+		if err == nil && n < c.cfg.Durable.Replicas {
+			err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, n, c.cfg.Durable.Replicas, c.cfg.Durable.Timeout)
+		}
+		if err != nil {
+			DefaultMetrics.NotDurable.Add(1)
+			return info, fmt.Errorf("enqueue %s task %s to %s: %w", task.Type(), id, q, err)
+		}
 	}
 	return info, nil
 }

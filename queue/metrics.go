@@ -31,6 +31,9 @@ type Metrics struct {
 	// DuplicateSkips counts enqueues refused as duplicates: a Unique lock
 	// held or a task id in use (worker.duplicate_skips_total).
 	DuplicateSkips atomic.Int64
+	// NotDurable counts durable enqueues answered before their task reached
+	// the replicas asked for (vigil_enqueue_not_durable_total).
+	NotDurable atomic.Int64
 
 	// Redis faults (faults.go, link.go). RedisUnreachable counts the times
 	// the worker lost Redis (a command got no reply); RedisSlowReplies the

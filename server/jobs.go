@@ -189,9 +189,9 @@ func (s *server) registerJobs(api huma.API) {
 	route(api, accessWrite, s.withBody(huma.Operation{
 		OperationID: "enqueue-job", Method: http.MethodPost, Path: "/api/v1/queues/{queue}/jobs", Tags: []string{"jobs"},
 		Summary:       "Enqueue a job",
-		Description:   "201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.",
+		Description:   "201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).",
 		DefaultStatus: http.StatusCreated,
-		Errors:        []int{http.StatusNotFound, http.StatusConflict},
+		Errors:        []int{http.StatusNotFound, http.StatusConflict, http.StatusServiceUnavailable},
 	}), s.enqueue)
 	route(api, accessRead, huma.Operation{
 		OperationID: "get-job", Method: http.MethodGet, Path: "/api/v1/jobs/{queue}/{id}", Tags: []string{"jobs"},
@@ -346,6 +346,13 @@ func (s *server) enqueue(ctx context.Context, in *EnqueueInput) (*CreatedJobOutp
 	switch {
 	case errors.Is(err, queue.ErrPayloadTooLarge), errors.Is(err, queue.ErrNegativeDelay), errors.Is(err, queue.ErrInvalidTask):
 		return nil, huma.Error422UnprocessableEntity(err.Error())
+	case errors.Is(err, queue.ErrNotDurable):
+		// durable_enqueue: written, but a failover now could lose it. The
+		// client retries with the same task_id: 409 if it was kept.
+		s.log.WarnContext(ctx, "enqueue not durable: answered 503", "queue", in.Queue, "task", info.ID, "err", err)
+		return nil, huma.ErrorWithHeaders(huma.Error503ServiceUnavailable(
+			"job "+info.ID+" was written but did not reach the replicas durable_enqueue asks for in time ("+publicError(err)+
+				"); retry with task_id "+info.ID+": 409 means it was kept"), http.Header{"Retry-After": {"1"}})
 	case err != nil:
 		return nil, s.fail(ctx, "enqueue to "+in.Queue, err)
 	}

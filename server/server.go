@@ -90,6 +90,9 @@ type Config struct {
 	// MaxPayload caps an enqueued job's payload (bytes, default
 	// queue.MaxPayloadDefault; the body cap applies too).
 	MaxPayload int
+	// DurableEnqueue, with Replicas > 0, makes an enqueue answer 201 only
+	// once the job reached that many replicas; else 503 with Retry-After.
+	DurableEnqueue queue.DurableConfig
 	// PayloadPreview is how many bytes of a job's payload a job list shows
 	// (the rest: payload_truncated, payload_size); MaxPayloadShown the same
 	// for a job's detail (defaults PayloadPreviewDefault,
@@ -204,7 +207,7 @@ func New(cfg Config) (*Server, error) {
 		reads:  semaphore.NewWeighted(cfg.ReadBudget),
 		insp:   asynq.NewInspectorFromRedisClient(cfg.Store.Client()),
 		jobs: queue.NewClient(cfg.Store, queue.ClientConfig{Queues: cfg.Queues, MaxPayload: cfg.MaxPayload,
-			TaskTimeouts: cfg.TaskTimeouts, Logger: cfg.Logger, Clock: cfg.Clock}),
+			TaskTimeouts: cfg.TaskTimeouts, Logger: cfg.Logger, Clock: cfg.Clock, Durable: cfg.DurableEnqueue}),
 		schedules: cfg.Schedules,
 	}
 	if s.schedules == nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/policy"
+	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/schedule"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -42,6 +43,9 @@ type Config struct {
 	// error for `vigil serve`: it never picks an in-memory Redis by itself.
 	// Its variable is VIGIL_REDIS_URL, with VIGIL_REDIS as an alias.
 	Redis string `yaml:"redis" env:"VIGIL_REDIS_URL,VIGIL_REDIS"`
+	// DurableEnqueue: an enqueue answers 201 only once the job reached
+	// this many replicas (README "Redis high availability").
+	DurableEnqueue DurableEnqueue `yaml:"durable_enqueue"`
 	// RedisFile names a file holding the Redis URL (instead of redis).
 	RedisFile string   `yaml:"redis_file"`
 	Listen    string   `yaml:"listen"`
@@ -79,6 +83,12 @@ type Config struct {
 	// tasks of this configuration (README "Periodic tasks").
 	Scheduler Scheduler  `yaml:"scheduler"`
 	Schedules []Schedule `yaml:"schedules"`
+}
+
+// DurableEnqueue is queue.DurableConfig as written in the file.
+type DurableEnqueue struct {
+	Replicas int      `yaml:"replicas"` // 0 = off
+	Timeout  Duration `yaml:"timeout"`
 }
 
 // JobView bounds what the API reads and shows of jobs.
@@ -149,19 +159,20 @@ type Backpressure struct {
 // Default returns the configuration with every default of DESIGN.md §10.
 func Default() Config {
 	return Config{
-		Listen:       "127.0.0.1:8080",
-		Prefix:       health.PrefixDefault,
-		Lease:        Duration(15 * time.Second),
-		MaxBody:      1 << 20,
-		SSE:          SSE{MaxClients: 10_000, MaxClientsPerAddress: 32 /* server.SSEMaxClientsPerAddressDefault */, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
-		Heartbeat:    Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault)},
-		StopTimeout:  Duration(supervisor.StopTimeoutDefault),
-		MaxPoolSize:  1000,
-		LogFormat:    "text",
-		LogLevel:     "info",
-		WorkerOutput: WorkerOutput{Tail: supervisor.LogTailDefault, MaxLine: supervisor.MaxLogLineDefault},
-		JobView:      JobView{PayloadPreview: 1 << 10, MaxPayload: 1 << 20, ReadBudget: 16 << 20},
-		Scheduler:    Scheduler{MisfireGrace: Duration(schedule.MisfireGraceDefault), MaxCatchUp: schedule.MaxCatchUpDefault},
+		Listen:         "127.0.0.1:8080",
+		Prefix:         health.PrefixDefault,
+		Lease:          Duration(15 * time.Second),
+		MaxBody:        1 << 20,
+		SSE:            SSE{MaxClients: 10_000, MaxClientsPerAddress: 32 /* server.SSEMaxClientsPerAddressDefault */, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
+		Heartbeat:      Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault)},
+		StopTimeout:    Duration(supervisor.StopTimeoutDefault),
+		MaxPoolSize:    1000,
+		LogFormat:      "text",
+		LogLevel:       "info",
+		WorkerOutput:   WorkerOutput{Tail: supervisor.LogTailDefault, MaxLine: supervisor.MaxLogLineDefault},
+		JobView:        JobView{PayloadPreview: 1 << 10, MaxPayload: 1 << 20, ReadBudget: 16 << 20},
+		DurableEnqueue: DurableEnqueue{Timeout: Duration(queue.DurableTimeoutDefault)},
+		Scheduler:      Scheduler{MisfireGrace: Duration(schedule.MisfireGraceDefault), MaxCatchUp: schedule.MaxCatchUpDefault},
 		Policy: Policy{
 			BackoffBase: Duration(policy.BackoffBaseDefault), BackoffMax: Duration(policy.BackoffMaxDefault),
 			Window: Duration(policy.WindowDefault), MaxInWindow: policy.MaxInWindowDefault,
@@ -241,6 +252,8 @@ func (c Config) Validate() error {
 		return errors.New("max_body must be > 0")
 	case c.MaxPoolSize < 1:
 		return errors.New("max_pool_size must be >= 1")
+	case c.DurableEnqueue.Replicas < 0 || c.DurableEnqueue.Timeout <= 0:
+		return fmt.Errorf("durable_enqueue: want replicas >= 0 and timeout > 0, got %d and %s", c.DurableEnqueue.Replicas, c.DurableEnqueue.Timeout)
 	case c.SSE.MaxClients < 1 || c.SSE.MaxClientsPerAddress < 1 || c.SSE.MaxLag < 1 || c.SSE.KeepAlive <= 0:
 		return errors.New("sse.max_clients, sse.max_clients_per_address, sse.max_lag and sse.keepalive must be > 0")
 	case c.LogFormat != "text" && c.LogFormat != "json":

@@ -1823,7 +1823,7 @@ type ClientInterface interface {
 
 	// EnqueueJobWithBody Enqueue a job
 	//
-	// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.
+	// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1832,7 +1832,7 @@ type ClientInterface interface {
 
 	// EnqueueJob Enqueue a job
 	//
-	// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.
+	// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2333,7 +2333,7 @@ func (c *Client) ListJobs(ctx context.Context, queue string, params *ListJobsPar
 
 // EnqueueJobWithBody Enqueue a job
 //
-// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.
+// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2352,7 +2352,7 @@ func (c *Client) EnqueueJobWithBody(ctx context.Context, queue string, contentTy
 
 // EnqueueJob Enqueue a job
 //
-// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.
+// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4507,7 +4507,7 @@ type ClientWithResponsesInterface interface {
 
 	// EnqueueJobWithBodyWithResponse Enqueue a job
 	//
-	// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.
+	// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4516,7 +4516,7 @@ type ClientWithResponsesInterface interface {
 
 	// EnqueueJobWithResponse Enqueue a job
 	//
-	// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.
+	// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6135,6 +6135,8 @@ type EnqueueJobResponse struct {
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *EnqueueJobResponse201Headers
 }
@@ -6192,6 +6194,11 @@ func (r EnqueueJobResponse) GetApplicationproblemJSON429() *ErrorModel {
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
 func (r EnqueueJobResponse) GetApplicationproblemJSON500() *ErrorModel {
 	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r EnqueueJobResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -8243,7 +8250,7 @@ func (c *ClientWithResponses) ListJobsWithResponse(ctx context.Context, queue st
 
 // EnqueueJobWithBodyWithResponse Enqueue a job
 //
-// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.
+// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8258,7 +8265,7 @@ func (c *ClientWithResponses) EnqueueJobWithBodyWithResponse(ctx context.Context
 
 // EnqueueJobWithResponse Enqueue a job
 //
-// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken.
+// 201 with the new job. 404 unknown queue; 422 invalid input (negative delay, payload over the configured size, …); 409 task id or unique key taken; 503 with Retry-After when durable_enqueue is set and the job did not reach its replicas in time (retry with the task_id the message names: 409 means it was kept).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9834,6 +9841,13 @@ func ParseEnqueueJobResponse(rsp *http.Response) (*EnqueueJobResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 
