@@ -91,6 +91,9 @@ func (s *Supervisor) exitCrashed(t step, m exitMsg, pid, code int, sig string) {
 	}
 	if w.kill.code != 0 {
 		code, sig, reason, cause = w.kill.code, "", w.kill.reason, w.kill.cause
+	} else if other, ok := s.recordNamesAnother(w, pid); ok {
+		s.exitStale(t, pid, code, sig, reason, other)
+		return
 	}
 	s.crashed(t, pid, code, sig, reason, cause)
 	// How long the death took to be recorded: from the exit (cmd.Wait
@@ -102,6 +105,53 @@ func (s *Supervisor) exitCrashed(t step, m exitMsg, pid, code int, sig string) {
 		s.cfg.Metrics.Detected("exit", s.cfg.Clock.Now().Sub(m.at))
 	}
 }
+
+// recordNamesAnother reports whether the record of w's slot names a running
+// process other than pid, the one of w that exited, and which: a worker
+// that finds its record another's exits as stale.
+func (s *Supervisor) recordNamesAnother(w *worker, pid int) (string, bool) {
+	if s.redis.down() {
+		return "", false
+	}
+	ctx, cancel := s.opCtx()
+	ps, err := s.store.ProbeMany(ctx, []health.ComponentID{w.id})
+	cancel()
+	if err != nil {
+		s.redisFailed(err)
+		return "", false
+	}
+	p := ps[0]
+	if !p.Status.Running() || (p.PID == 0 || p.PID == pid) && (p.Instance == "" || p.Instance == s.cfg.Instance) {
+		return "", false
+	}
+	return "pid " + itoa(p.PID) + " of instance " + quoteShort(p.Instance), true
+}
+
+// exitStale handles the exit of a worker whose record named another
+// process (fault explorer E17): after a data loss, another host's worker
+// re-created the record by its heartbeat while this host took the vanished
+// lease back, and this host's worker, finding itself stale, exited. No
+// crash is counted. If the lease is another's, the write is refused and
+// the worker fenced; if it is this host's, the other host fences its
+// process at its next renewal (a third of a lease) and SIGKILLs it within
+// stop_timeout: the worker starts again after both (invariant 1: never
+// two processes for one slot).
+func (s *Supervisor) exitStale(t step, pid, code int, sig, reason, other string) {
+	w := t.w
+	r := &w.rec
+	r.Status, r.Reason = health.StatusCrashed, reason+" (stale: the record named "+other+"; not counted)"
+	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+	s.recoverTasks(w, pid, "fenced")
+	delay := s.cfg.Lease/3 + s.cfg.StopTimeout + staleMargin
+	s.logw(w).Warn("worker exited stale: its record names another process; not counted", "pid", pid,
+		"exit_code", code, "other", other, "restart_in", delay)
+	s.scheduleRestart(t, delay)
+}
+
+// staleMargin is added to the time another host takes to fence and kill
+// its process before a stale worker's slot is started again here.
+const staleMargin = 250 * time.Millisecond
 
 func exitReason(code int, sig string) string {
 	if sig != "" {
