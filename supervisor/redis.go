@@ -112,10 +112,15 @@ func (s *Supervisor) rewriteState(why string) {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, stored[i].HealthySince
 		}
 		// A record with no instance while ours has one was re-created by
-		// the worker's heartbeat on an empty Redis: it lacks the restart
-		// history and everything else only the supervisor knows.
-		lost := stored[i].Status == health.StatusNone || (stored[i].Instance == "" && w.rec.Instance != "")
-		taken := stored[i].Instance != "" && stored[i].Instance != w.rec.Instance
+		// a worker's heartbeat on an empty Redis: by ours, it lacks the
+		// restart history and everything else only the supervisor knows;
+		// by another process (another host's worker for the slot), it is
+		// not ours to write over: our worker exits as stale, and the
+		// lease decides who runs the slot (fault explorer E17).
+		recreated := stored[i].Instance == "" && w.rec.Instance != ""
+		byOther := recreated && stored[i].PID != 0 && stored[i].PID != w.rec.PID
+		lost := stored[i].Status == health.StatusNone || recreated && !byOther
+		taken := stored[i].Instance != "" && stored[i].Instance != w.rec.Instance || byOther
 		if (w.dirty || lost) && !taken {
 			ctx, cancel := s.opCtx()
 			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: true, Index: true, Owner: s.cluster.me})
