@@ -27,8 +27,11 @@ const (
 	EnvSpawn = "VIGIL_SPAWN_ID"
 	// Optional, per pool (DESIGN.md §6, §10): scratch directories and
 	// backpressure. Absent means the default (off).
-	EnvKeepScratch               = "VIGIL_KEEP_SCRATCH_ON_SUCCESS"
-	EnvScratchDir                = "VIGIL_SCRATCH_DIR"
+	EnvKeepScratch = "VIGIL_KEEP_SCRATCH_ON_SUCCESS"
+	EnvScratchDir  = "VIGIL_SCRATCH_DIR"
+	// EnvResultsDir is where published outputs go (queue.Publish); ""
+	// = a vigil-results folder in the temp dir.
+	EnvResultsDir                = "VIGIL_RESULTS_DIR"
 	EnvBackpressureHighWatermark = "VIGIL_BACKPRESSURE_HIGH_WATERMARK"
 	EnvBackpressureLoadThreshold = "VIGIL_BACKPRESSURE_LOAD_THRESHOLD"
 	EnvBackpressurePauseInterval = "VIGIL_BACKPRESSURE_PAUSE_INTERVAL"
@@ -53,6 +56,7 @@ type WorkerEnv struct {
 
 	KeepScratchOnSuccess bool
 	ScratchDir           string // "" = a vigil-scratch folder in the temp dir
+	ResultsDir           string // "" = a vigil-results folder in the temp dir
 	Backpressure         Backpressure
 }
 
@@ -113,6 +117,7 @@ func LoadWorkerEnv() (WorkerEnv, error) {
 		}
 	}
 	e.ScratchDir = os.Getenv(EnvScratchDir)
+	e.ResultsDir = os.Getenv(EnvResultsDir)
 	if v := os.Getenv(EnvKeepScratch); v != "" {
 		if e.KeepScratchOnSuccess, err = strconv.ParseBool(v); err != nil {
 			return e, fmt.Errorf("%s=%q: want true or false", EnvKeepScratch, v)

@@ -66,6 +66,9 @@ type JobEvent struct {
 	Final bool   `json:"final,omitempty"`
 	// DurationMS is how long the handler ran (done, error, aborted).
 	DurationMS int64 `json:"duration_ms,omitempty"`
+	// ShortCircuit marks a done task that did not run: every output its
+	// type declares was published by an earlier run.
+	ShortCircuit bool `json:"short_circuit,omitempty"`
 	// Crashes is how many workers died running the task.
 	Crashes   int    `json:"crashes,omitempty"`
 	Component string `json:"component,omitempty"`

@@ -29,6 +29,8 @@ type job struct {
 	crashes  int
 	retried  int
 	maxRetry int
+	// shortCircuit: done without running (its declared outputs existed).
+	shortCircuit bool
 
 	mu       sync.Mutex // serializes progress reports, guards the fields below
 	thr      throttle

@@ -19,6 +19,8 @@ type Metrics struct {
 	RecoveredStale     atomic.Int64 // worker.recovered_jobs_total{reason=stale} (supervisor side)
 	BackpressurePauses atomic.Int64 // worker.pauses_total
 	DequeueSkips       atomic.Int64 // dequeues refused while backpressure held
+	OutputsPublished   atomic.Int64 // Publish calls that committed an output
+	ShortCircuits      atomic.Int64 // tasks marked done: their declared outputs existed
 	// Handler errors by code (worker.retry_attempts_total{code}); code
 	// RETRY is an error asynq retries.
 	Retried      atomic.Int64

@@ -50,7 +50,13 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 	}
 	w.begin(ctx, j)
 	var err error
-	if h, ok := w.handlers[t.Type()]; ok {
+	if names := w.declared[t.Type()]; len(names) > 0 && w.allPublished(ctx, id, names) {
+		// An earlier run published everything this task makes, and then
+		// died or lost its outcome: done, without running it again.
+		j.shortCircuit = true
+		w.metrics.ShortCircuits.Add(1)
+		w.log.Info("task done without running: its declared outputs exist", "task", id, "type", t.Type(), "outputs", names)
+	} else if h, ok := w.handlers[t.Type()]; ok {
 		err = w.run(ctx, j, h, t)
 	} else {
 		err = &jobError{code: CodeNoHandler, err: fmt.Errorf("no handler for task type %q in queue %q", t.Type(), w.q), skip: true}
@@ -166,6 +172,7 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	dur := end.Sub(j.start)
 	ev := w.event(j, StateDone)
 	ev.DurationMS = dur.Milliseconds()
+	ev.ShortCircuit = j.shortCircuit
 	ret := err
 	// During a shutdown, a task whose context asynq cancelled is one it gave
 	// up on and put back, whatever the handler answered (a normal outcome

@@ -22,6 +22,7 @@ type pool struct {
 	crashRetries int           // job_crash_retries (0 = the default, 2)
 	backoff      time.Duration // restart delay (0 = 5ms)
 	noRecoverer  bool          // the test calls Recover itself
+	resultsDir   string        // VIGIL_RESULTS_DIR ("" = the default)
 }
 
 // supervised is a real supervisor running the test's pool, with a
@@ -47,11 +48,15 @@ func (e *qenv) supervise(p pool) *supervised {
 	if p.crashRetries > 0 {
 		crashRetries = &p.crashRetries
 	}
+	env := map[string]string{"TESTJOB_LEDGER": s.ledger, "TESTJOB_CHECK_INTERVAL": "10ms"}
+	if p.resultsDir != "" {
+		env[health.EnvResultsDir] = p.resultsDir
+	}
 	sup, err := supervisor.New(supervisor.Config{
 		Host: "h1", RedisURL: e.URL, Prefix: e.Prefix,
 		Pools: []supervisor.Pool{{Queue: e.q, Workers: p.workers, Command: []string{testJobWorker},
 			Concurrency: max(p.concurrency, 1), TaskTimeout: time.Minute,
-			Env: map[string]string{"TESTJOB_LEDGER": s.ledger, "TESTJOB_CHECK_INTERVAL": "10ms"}}},
+			Env: env}},
 		Heartbeat: supervisor.Heartbeat{Interval: 200 * time.Millisecond, TTL: 5 * time.Second, StartTimeout: 30 * time.Second},
 		// Limits high enough that kills never turn a worker failed.
 		Policy: policy.Config{BackoffBase: p.backoff, BackoffMax: p.backoff, MaxInWindow: 100_000, MaxLifetime: 100_000,

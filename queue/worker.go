@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,14 @@ type WorkerConfig struct {
 	// take them (0 = MaxKeptDefault).
 	MaxKept int
 
+	// OutputStore keeps what handlers Publish (nil: an FSStore in the
+	// pool's results directory, VIGIL_RESULTS_DIR).
+	OutputStore OutputStore
+	// Outputs declares, per task type, the outputs a task publishes: a
+	// task whose declared outputs were all published by an earlier run is
+	// marked done without running (README "Outputs and retries").
+	Outputs map[string][]string
+
 	onDequeueSkip func()         // tests: called when backpressure refuses a dequeue
 	onDequeue     func(got bool) // tests: called after each dequeue, with whether it got a task
 }
@@ -83,6 +92,8 @@ type worker struct {
 	throttle    *throttledLog
 	handlers    map[string]asynq.Handler
 	scratchRoot string
+	outputs     OutputStore
+	declared    map[string][]string // task type → outputs (WorkerConfig.Outputs)
 	batch       *batcher
 	avg         durations
 	current     currentJobs
@@ -131,6 +142,17 @@ func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, er
 	}
 	if w.scratchRoot == "" {
 		w.scratchRoot = filepath.Join(os.TempDir(), "vigil-scratch")
+	}
+	w.outputs, w.declared = cfg.OutputStore, cfg.Outputs
+	if w.outputs == nil {
+		w.outputs = FSStore{Dir: cmp.Or(env.ResultsDir, filepath.Join(os.TempDir(), "vigil-results"))}
+	}
+	for typ, names := range w.declared {
+		for _, n := range names {
+			if err := CheckOutputName(n); err != nil {
+				return nil, fmt.Errorf("queue worker: Outputs[%q]: %w", typ, err)
+			}
+		}
 	}
 	return w, nil
 }

@@ -103,7 +103,7 @@ func demoJobs(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger,
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	start, lastChaos, lastToxic := time.Now(), time.Now(), time.Time{}
-	misbehaving := []string{demoFail, demoInvalid, demoCrash, demoHang}
+	misbehaving := []string{demoFail, demoInvalid, demoCrash, demoHang, demoReport}
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"syscall"
@@ -24,7 +25,14 @@ const (
 	demoCrash   = "demo:crash"   // kills its worker on the first run, then works
 	demoHang    = "demo:hang"    // freezes its worker on the first run, then works
 	demoToxic   = "demo:toxic"   // kills its worker every time: archived as toxic
+	// demoReport publishes report.txt (queue.Publish), then kills its worker
+	// on the first run before it returns: the retry finds the output and
+	// is done without running (short_circuit in its done event).
+	demoReport = "demo:report"
 )
+
+// demoOutputs declares what each demo task type publishes.
+var demoOutputs = map[string][]string{demoReport: {"report.txt"}}
 
 // demoPayload is every demo task's payload.
 type demoPayload struct {
@@ -75,7 +83,25 @@ func demoHandlers(log *slog.Logger) map[string]asynq.Handler {
 			return queue.NonRetryable(errors.New("demo: INPUT_TOO_LARGE"))
 		}),
 		demoCrash: misbehaveOnce("crash", crash),
-		demoHang:  misbehaveOnce("hang", freeze),
+		demoReport: asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			if err := work(ctx, t); err != nil {
+				return err
+			}
+			id, _ := asynq.GetTaskID(ctx)
+			out, err := queue.Publish(ctx, "report.txt", func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "report of task %s\n", id)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if queue.Crashes(ctx) == 0 {
+				log.Warn("demo: report published, now this worker dies before the task is done: its retry finds the report", "task", id, "output", out.Path)
+				crash()
+			}
+			return nil
+		}),
+		demoHang: misbehaveOnce("hang", freeze),
 		demoToxic: asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 			id, _ := asynq.GetTaskID(ctx)
 			log.Error("demo: a toxic job kills this worker", "task", id, "crashes_so_far", queue.Crashes(ctx))

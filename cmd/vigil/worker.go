@@ -56,6 +56,7 @@ func workerCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	defer stopCmds()
 	go demoCommands(cmdCtx, rdb, keys, env.Component, log.With("component", env.Component.String()))
 	cfg.Logger = log
+	cfg.Outputs = demoOutputs
 	return queue.RunWorker(ctx, cfg, demoHandlers(log.With("component", env.Component.String())))
 }
 

@@ -147,6 +147,9 @@ type Pool struct {
 	Env                  map[string]string `yaml:"env"`
 	Backpressure         Backpressure      `yaml:"backpressure"`
 	KeepScratchOnSuccess bool              `yaml:"keep_scratch_on_success"`
+	// ResultsDir is where the pool's workers publish outputs
+	// (queue.Publish; "" = a vigil-results folder in the temp dir).
+	ResultsDir string `yaml:"results_dir"`
 }
 
 // Backpressure configures a pool's host-local backpressure (0 = off).
@@ -367,6 +370,9 @@ func (c Config) SupervisorPools() []supervisor.Pool {
 		env[health.EnvBackpressureLoadThreshold] = strconv.FormatFloat(p.Backpressure.LoadThreshold, 'g', -1, 64)
 		if p.Backpressure.PauseInterval > 0 {
 			env[health.EnvBackpressurePauseInterval] = p.Backpressure.PauseInterval.String()
+		}
+		if p.ResultsDir != "" {
+			env[health.EnvResultsDir] = p.ResultsDir
 		}
 		out[i] = supervisor.Pool{Queue: p.Queue, Workers: p.Workers, Command: p.Command,
 			Concurrency: p.Concurrency, TaskTimeout: time.Duration(p.TaskTimeout), Env: env}

@@ -8,6 +8,12 @@
 //	crash        exits with code 3 (a task that always kills its worker)
 //	crash-once   exits with code 3 on its first run, succeeds after
 //	noop         succeeds
+//	publish [n]  publishes output "out.bin" (n bytes, byte i is i%251) and,
+//	             on its first run, exits with code 3 before it returns (a
+//	             death after the work): its type declares the output, so
+//	             the next run is done without running
+//	publish-kill [n]  on its first run SIGKILLs its own process halfway
+//	             through writing "out.bin"; later runs publish it whole
 //
 // With TESTJOB_LEDGER set, every run is written to a ledger in Redis under
 // that prefix: "runs" and "completions" (task → count), "owners" (task →
@@ -20,6 +26,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -107,7 +114,48 @@ func main() {
 		}
 		return l.end(ctx, id)
 	}
+	cfg.Outputs = map[string][]string{"publish": {"out.bin"}}
+	publish := func(ctx context.Context, t *asynq.Task, killHalfway bool) error {
+		n, _ := strconv.Atoi(string(t.Payload()))
+		_, err := queue.Publish(ctx, "out.bin", func(w io.Writer) error {
+			buf := make([]byte, 0, 64<<10)
+			for i := range n {
+				if killHalfway && i == n/2 {
+					if _, err := w.Write(buf); err != nil {
+						return err
+					}
+					buf = buf[:0]
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					select {} // dying
+				}
+				buf = append(buf, byte(i%251))
+				if len(buf) == cap(buf) {
+					if _, err := w.Write(buf); err != nil {
+						return err
+					}
+					buf = buf[:0]
+				}
+			}
+			_, err := w.Write(buf)
+			return err
+		})
+		return err
+	}
 	handlers := map[string]asynq.Handler{
+		"publish": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			return run(ctx, t, func() error {
+				if err := publish(ctx, t, false); err != nil {
+					return err
+				}
+				if queue.Crashes(ctx) == 0 {
+					os.Exit(3)
+				}
+				return nil
+			})
+		}),
+		"publish-kill": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			return run(ctx, t, func() error { return publish(ctx, t, queue.Crashes(ctx) == 0) })
+		}),
 		"sleep": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			return run(ctx, t, func() error {
 				ms, _ := strconv.Atoi(string(t.Payload()))

@@ -1,0 +1,78 @@
+package queue_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/vigil-dev/vigil/queue"
+)
+
+// outputBytes is what testjobworker's publish handlers write.
+func outputBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i % 251)
+	}
+	return b
+}
+
+// A worker dies after publishing the task's declared output, before its
+// outcome is written: the task comes back at once, and its next run is
+// done without running the handler again (short_circuit), the output
+// whole at its key.
+func TestDeclaredOutputShortCircuitsTheRetry(t *testing.T) {
+	e := newQEnv(t)
+	results := t.TempDir()
+	s := e.supervise(pool{workers: 1, resultsDir: results})
+	w := e.watch()
+	s.waitHealthy(w)
+	const n = 3 << 20
+	id := e.enqueue(e.client(), "publish", strconv.Itoa(n))
+	w.untilJob(id, queue.StateDone)
+	if runs := s.counts("runs")[id]; runs != 1 {
+		t.Errorf("the handler ran %d times, want once", runs)
+	}
+	evs := e.events(queue.JobTopic(e.q, id))
+	last := evs[len(evs)-1].job
+	if last.State != queue.StateDone || !last.ShortCircuit {
+		t.Errorf("last event %+v: want done with short_circuit", last)
+	}
+	if got := e.states(id); !slices.Contains(got, queue.StateRequeuedStale) {
+		t.Errorf("events %v: the crash did not requeue the task", got)
+	}
+	got, err := os.ReadFile(filepath.Join(queue.FSStore{Dir: results}.TaskDir(id), "out.bin"))
+	if err != nil || !bytes.Equal(got, outputBytes(n)) {
+		t.Fatalf("output at its key: %d bytes, err %v; want %d whole", len(got), err, n)
+	}
+}
+
+// A worker SIGKILLed halfway through writing an output leaves nothing at
+// the final key; the task's next run writes it whole and completes.
+func TestKillDuringPublishLeavesNoPartialOutput(t *testing.T) {
+	e := newQEnv(t)
+	results := t.TempDir()
+	s := e.supervise(pool{workers: 1, resultsDir: results})
+	w := e.watch()
+	s.waitHealthy(w)
+	const n = 3 << 20
+	id := e.enqueue(e.client(), "publish-kill", strconv.Itoa(n))
+	w.untilJob(id, queue.StateDone)
+	if runs, done := s.counts("runs")[id], s.counts("completions")[id]; runs != 2 || done != 1 {
+		t.Errorf("runs %d, completions %d; want 2 and 1", runs, done)
+	}
+	dir := queue.FSStore{Dir: results}.TaskDir(id)
+	got, err := os.ReadFile(filepath.Join(dir, "out.bin"))
+	if err != nil || !bytes.Equal(got, outputBytes(n)) {
+		t.Fatalf("output at its key: %d bytes, err %v; want %d whole", len(got), err, n)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, de := range entries {
+		if name := de.Name(); name != "out.bin" && name != ".out.bin.manifest" && name != ".lock" {
+			t.Errorf("left in the task's output directory: %s", name)
+		}
+	}
+}
