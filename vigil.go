@@ -201,7 +201,8 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 	for i, p := range cfg.Pools {
 		queues[i], timeouts[p.Queue] = p.Queue, time.Duration(p.TaskTimeout)
 	}
-	// Pause flags written while this host was away hold (DESIGN.md §6).
+	// asynq's paused key is the truth: start-up lifts no pause, it only
+	// migrates the flags of earlier releases (DESIGN.md §6).
 	if err := queue.NewControl(store).Apply(ctx, queues); err != nil {
 		return err
 	}

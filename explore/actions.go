@@ -9,6 +9,7 @@ import (
 
 	"github.com/vigil-dev/vigil/explore/internal/hostproto"
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -84,12 +85,12 @@ func (w *world) clusterAction(s Step) {
 	desc := s.String()[8:]
 	switch s.Kind {
 	case OpPauseAll:
-		_, err = w.ctl.PauseAll(ctx, w.queues())
+		_, _, err = w.ctl.PauseAll(ctx, w.queues(), queue.Actor{Who: "explore"})
 		w.later(s.Dur, func() {
-			w.opLog("op-resume-all", func(ctx context.Context) error { _, e := w.ctl.ResumeAll(ctx, w.queues()); return e })
+			w.opLog("op-resume-all", func(ctx context.Context) error { _, _, e := w.ctl.ResumeAll(ctx, w.queues()); return e })
 		})
 	case OpPauseQueue:
-		_, err = w.ctl.PauseQueue(ctx, s.Queue)
+		_, err = w.ctl.PauseQueue(ctx, s.Queue, queue.Actor{Who: "explore"})
 		w.later(s.Dur, func() {
 			w.opLog("op-resume-queue "+s.Queue, func(ctx context.Context) error { _, e := w.ctl.ResumeQueue(ctx, s.Queue); return e })
 		})

@@ -51,7 +51,7 @@ func (w *world) heal() {
 	for _, h := range w.hosts {
 		_ = supervisor.SetDrain(ctx, w.store, h.id, false)
 	}
-	_, _ = w.ctl.ResumeAll(ctx, w.queues())
+	_, _, _ = w.ctl.ResumeAll(ctx, w.queues())
 	for _, q := range w.queues() {
 		_, _ = w.ctl.ResumeQueue(ctx, q)
 	}

@@ -150,6 +150,11 @@ const (
 	JobProgressSuffix = ":progress"
 )
 
+// Pause is the hash of what Vigil knows about queue q's pause (who, when,
+// why, and whether the global pause or the queue's own pause set it). The
+// pause itself is asynq's key asynq:{q}:paused, in the same slot.
+func (k Keys) Pause(q string) string { return k.Prefix + "pause:{" + q + "}" }
+
 // QueueStats is the hash of a queue's rolling job statistics (avg_ms).
 func (k Keys) QueueStats(q string) string { return k.Prefix + "qstats:{" + q + "}" }
 

@@ -90,11 +90,11 @@ func TestGeneratedClientAgainstLiveServer(t *testing.T) {
 	}
 
 	// Pause and resume a queue: refused without the token.
-	p, err := anon.PauseQueueWithResponse(ctx, good)
+	p, err := anon.PauseQueueWithResponse(ctx, good, nil)
 	if err != nil || p.StatusCode() != http.StatusUnauthorized || p.ApplicationproblemJSON401 == nil {
 		t.Fatalf("pause without token: %v %d %s", err, p.StatusCode(), p.Body)
 	}
-	p, err = authed.PauseQueueWithResponse(ctx, good)
+	p, err = authed.PauseQueueWithResponse(ctx, good, nil)
 	if err != nil || p.JSON200 == nil || !p.JSON200.Changed || !p.JSON200.Paused {
 		t.Fatalf("pause: %v %d %s", err, p.StatusCode(), p.Body)
 	}
@@ -110,7 +110,7 @@ func TestGeneratedClientAgainstLiveServer(t *testing.T) {
 	if err != nil || qs.JSON200 == nil || len(qs.JSON200.Queues) != 2 || qs.JSON200.Queues[0].Paused || qs.JSON200.Queues[1].Paused {
 		t.Fatalf("queues after resume: %v %s", err, qs.Body)
 	}
-	if p, _ := authed.PauseQueueWithResponse(ctx, "nope"); p.StatusCode() != http.StatusNotFound || p.ApplicationproblemJSON404 == nil {
+	if p, _ := authed.PauseQueueWithResponse(ctx, "nope", nil); p.StatusCode() != http.StatusNotFound || p.ApplicationproblemJSON404 == nil {
 		t.Fatalf("pause unknown queue: %d %s", p.StatusCode(), p.Body)
 	}
 

@@ -21,7 +21,7 @@ func (e *qenv) asynqPaused(q string) bool {
 	return info.Paused
 }
 
-func TestPauseFlagsCombine(t *testing.T) {
+func TestPauseScopesCombine(t *testing.T) {
 	e := newQEnv(t)
 	other := e.q + "b"
 	t.Cleanup(func() {
@@ -32,51 +32,175 @@ func TestPauseFlagsCombine(t *testing.T) {
 	ctl := queue.NewControl(e.store)
 	ctx := context.Background()
 	all := []string{e.q, other}
-	step := func(name string, act func() (bool, error), wantChanged bool, wantPaused map[string]bool) {
+	who := queue.Actor{Who: "ann", Why: "deploy"}
+	step := func(name string, act func() (string, error), wantOut string, wantPaused map[string]bool) {
 		t.Helper()
-		changed, err := act()
+		out, err := act()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if changed != wantChanged {
-			t.Fatalf("%s: changed %v, want %v", name, changed, wantChanged)
+		if out != wantOut {
+			t.Fatalf("%s: outcome %q, want %q", name, out, wantOut)
+		}
+		st, err := ctl.State(ctx, all)
+		if err != nil {
+			t.Fatal(err)
 		}
 		for q, want := range wantPaused {
 			if got := e.asynqPaused(q); got != want {
 				t.Fatalf("%s: asynq says %s paused=%v, want %v", name, q, got, want)
 			}
-			st, _ := ctl.State(ctx)
 			if st.Paused(q) != want {
-				t.Fatalf("%s: flags say %s paused=%v, want %v", name, q, st.Paused(q), want)
+				t.Fatalf("%s: Vigil says %s paused=%v, want %v", name, q, st.Paused(q), want)
 			}
 		}
 	}
-	step("pause queue", func() (bool, error) { return ctl.PauseQueue(ctx, e.q) }, true, map[string]bool{e.q: true, other: false})
-	step("pause it again", func() (bool, error) { return ctl.PauseQueue(ctx, e.q) }, false, map[string]bool{e.q: true, other: false})
-	step("pause all", func() (bool, error) { return ctl.PauseAll(ctx, all) }, true, map[string]bool{e.q: true, other: true})
-	step("pause all again", func() (bool, error) { return ctl.PauseAll(ctx, all) }, false, map[string]bool{e.q: true, other: true})
+	all1 := func(outs map[string]string, _ bool, err error) (string, error) { return outs[e.q], err }
+	step("pause queue", func() (string, error) { return ctl.PauseQueue(ctx, e.q, who) }, queue.OutPaused, map[string]bool{e.q: true, other: false})
+	if p := mustState(t, ctl, all).Queues[e.q]; p.By != queue.PausedByVigil || p.Who != "ann" || p.Why != "deploy" || p.Since.IsZero() {
+		t.Fatalf("pause record = %+v", p)
+	}
+	step("pause it again", func() (string, error) { return ctl.PauseQueue(ctx, e.q, who) }, queue.OutAlready, map[string]bool{e.q: true, other: false})
+	step("pause all", func() (string, error) { return all1(ctl.PauseAll(ctx, all, who)) }, queue.OutScopeAdded, map[string]bool{e.q: true, other: true})
+	step("pause all again", func() (string, error) { return all1(ctl.PauseAll(ctx, all, who)) }, queue.OutAlready, map[string]bool{e.q: true, other: true})
+	if !mustState(t, ctl, all).Global {
+		t.Fatal("global pause not reported")
+	}
 	// Global resume leaves a queue paused on its own paused.
-	step("resume all", func() (bool, error) { return ctl.ResumeAll(ctx, all) }, true, map[string]bool{e.q: true, other: false})
-	step("resume all again", func() (bool, error) { return ctl.ResumeAll(ctx, all) }, false, map[string]bool{e.q: true, other: false})
-	step("resume queue", func() (bool, error) { return ctl.ResumeQueue(ctx, e.q) }, true, map[string]bool{e.q: false, other: false})
-	step("resume queue again", func() (bool, error) { return ctl.ResumeQueue(ctx, e.q) }, false, map[string]bool{e.q: false, other: false})
+	step("resume all", func() (string, error) { return all1(ctl.ResumeAll(ctx, all)) }, queue.OutScopeRemoved, map[string]bool{e.q: true, other: false})
+	step("resume all again", func() (string, error) { return all1(ctl.ResumeAll(ctx, all)) }, queue.OutOtherScope, map[string]bool{e.q: true, other: false})
+	step("resume queue", func() (string, error) { return ctl.ResumeQueue(ctx, e.q) }, queue.OutResumed, map[string]bool{e.q: false, other: false})
+	step("resume queue again", func() (string, error) { return ctl.ResumeQueue(ctx, e.q) }, queue.OutNotPaused, map[string]bool{e.q: false, other: false})
 	// A queue resumed on its own stays paused while the global pause holds.
-	step("pause all", func() (bool, error) { return ctl.PauseAll(ctx, all) }, true, map[string]bool{e.q: true})
-	step("resume queue under global pause", func() (bool, error) { return ctl.ResumeQueue(ctx, e.q) }, false, map[string]bool{e.q: true})
+	step("pause all", func() (string, error) { return all1(ctl.PauseAll(ctx, all, who)) }, queue.OutPaused, map[string]bool{e.q: true})
+	step("resume queue under global pause", func() (string, error) { return ctl.ResumeQueue(ctx, e.q) }, queue.OutOtherScope, map[string]bool{e.q: true})
+	step("resume all", func() (string, error) { return all1(ctl.ResumeAll(ctx, all)) }, queue.OutResumed, map[string]bool{e.q: false, other: false})
+	if mustState(t, ctl, all).Global {
+		t.Fatal("global pause reported after resume")
+	}
+	if _, err := ctl.PauseQueue(ctx, "bad:name", who); err == nil {
+		t.Fatal("PauseQueue accepted a bad name")
+	}
+}
 
-	// The flags live in Redis: a host starting later (another Control)
-	// applies them even if asynq's state was changed behind its back.
+func mustState(tb testing.TB, ctl *queue.Control, queues []string) queue.PauseState {
+	tb.Helper()
+	st, err := ctl.State(ctx0, queues)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
+}
+
+var ctx0 = context.Background()
+
+// TestPauseAsynqIsTheTruth: asynq's key is the one truth, both ways. A
+// pause made with asynq's Inspector shows as paused by asynq; a Vigil
+// pause lifted with the Inspector shows as running; a host starting
+// (Apply) never lifts or re-makes a pause; Vigil's resume says what it
+// did.
+func TestPauseAsynqIsTheTruth(t *testing.T) {
+	e := newQEnv(t)
+	ctl := queue.NewControl(e.store)
+	qs := []string{e.q}
+	who := queue.Actor{Who: "ann"}
+	e.enqueue(e.client(), "x", "") // asynq knows the queue
+
+	// asynq pauses → Vigil shows it, by asynq, and a restart keeps it.
+	if err := e.insp.PauseQueue(e.q); err != nil {
+		t.Fatal(err)
+	}
+	if p := mustState(t, ctl, qs).Queues[e.q]; !p.Paused || p.By != queue.PausedByAsynq || p.Since.IsZero() {
+		t.Fatalf("asynq's pause reads %+v", p)
+	}
+	if err := queue.NewControl(e.store).Apply(ctx0, qs); err != nil {
+		t.Fatal(err)
+	}
+	if !e.asynqPaused(e.q) {
+		t.Fatal("a host starting lifted asynq's pause")
+	}
+	// Vigil's global pause leaves it as it is, and so does the global resume.
+	if outs, _, err := ctl.PauseAll(ctx0, qs, who); err != nil || outs[e.q] != queue.OutAsynqPaused {
+		t.Fatalf("PauseAll over asynq's pause: %v, %v", outs, err)
+	}
+	if outs, _, err := ctl.ResumeAll(ctx0, qs); err != nil || outs[e.q] != queue.OutAsynqKept || !e.asynqPaused(e.q) {
+		t.Fatalf("ResumeAll over asynq's pause: %v, %v", outs, err)
+	}
+	// A queue resume lifts it, and says whose pause it was.
+	if out, err := ctl.ResumeQueue(ctx0, e.q); err != nil || out != queue.OutAsynqResumed || e.asynqPaused(e.q) {
+		t.Fatalf("ResumeQueue of asynq's pause: %q, %v", out, err)
+	}
+	if info, err := e.insp.GetQueueInfo(e.q); err != nil || info.Paused {
+		t.Fatalf("asynq still says paused: %+v, %v", info, err)
+	}
+
+	// Vigil pauses → asynq sees it; asynq unpauses → Vigil shows running,
+	// a restart does not pause it again, and Vigil's resume says so.
+	if out, err := ctl.PauseQueue(ctx0, e.q, who); err != nil || out != queue.OutPaused {
+		t.Fatalf("PauseQueue: %q, %v", out, err)
+	}
+	if info, err := e.insp.GetQueueInfo(e.q); err != nil || !info.Paused {
+		t.Fatalf("asynq does not see Vigil's pause: %+v, %v", info, err)
+	}
+	if err := queue.NewControl(e.store).Apply(ctx0, qs); err != nil || !e.asynqPaused(e.q) {
+		t.Fatalf("a host starting lifted Vigil's pause: %v", err)
+	}
 	if err := e.insp.UnpauseQueue(e.q); err != nil {
 		t.Fatal(err)
 	}
-	if err := queue.NewControl(e.store).Apply(ctx, all); err != nil {
+	if p := mustState(t, ctl, qs).Queues[e.q]; p.Paused || p.By != "" {
+		t.Fatalf("after asynq's unpause Vigil reads %+v", p)
+	}
+	if err := queue.NewControl(e.store).Apply(ctx0, qs); err != nil || e.asynqPaused(e.q) {
+		t.Fatalf("a host starting paused the queue again: %v", err)
+	}
+	if out, err := ctl.ResumeQueue(ctx0, e.q); err != nil || out != queue.OutStale {
+		t.Fatalf("ResumeQueue after asynq's unpause: %q, %v", out, err)
+	}
+	// asynq re-pausing after lifting Vigil's pause is asynq's pause.
+	if _, err := ctl.PauseQueue(ctx0, e.q, who); err != nil {
 		t.Fatal(err)
 	}
-	if !e.asynqPaused(e.q) || !e.asynqPaused(other) {
-		t.Fatal("Apply did not restore the pause from the flags")
+	if err := e.insp.UnpauseQueue(e.q); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := ctl.PauseQueue(ctx, "bad:name"); err == nil {
-		t.Fatal("PauseQueue accepted a bad name")
+	e.Client.Set(ctx0, "asynq:{"+e.q+"}:paused", "1", 0) // another second than Vigil's
+	if p := mustState(t, ctl, qs).Queues[e.q]; !p.Paused || p.By != queue.PausedByAsynq {
+		t.Fatalf("asynq's re-pause reads %+v", p)
+	}
+}
+
+// TestPauseMigratesFlags: the control-hash flags of earlier releases
+// become records beside asynq's key, so that Vigil's resume lifts them.
+func TestPauseMigratesFlags(t *testing.T) {
+	e := newQEnv(t)
+	ctl := queue.NewControl(e.store)
+	other := e.q + "b"
+	t.Cleanup(func() {
+		if e.Mini == nil {
+			deleteAsynqQueue(e.Client, other)
+		}
+	})
+	qs := []string{e.q, other}
+	// As an earlier release left it: flags, and asynq's keys set.
+	e.Client.HSet(ctx0, e.store.Keys().Control(), "worker_enabled", "false", "paused:"+e.q, "true")
+	e.Client.Set(ctx0, "asynq:{"+e.q+"}:paused", "1700000000", 0)
+	e.Client.Set(ctx0, "asynq:{"+other+"}:paused", "1700000000", 0)
+	if err := ctl.Apply(ctx0, qs); err != nil {
+		t.Fatal(err)
+	}
+	st := mustState(t, ctl, qs)
+	if !st.Global || st.Queues[e.q].By != queue.PausedByVigil || !st.Queues[e.q].Has(queue.ScopeQueue) || !st.Queues[other].Has(queue.ScopeGlobal) {
+		t.Fatalf("migrated state %+v", st)
+	}
+	if e.Client.HExists(ctx0, e.store.Keys().Control(), "paused:"+e.q).Val() {
+		t.Fatal("legacy flag kept")
+	}
+	if _, _, err := ctl.ResumeAll(ctx0, qs); err != nil {
+		t.Fatal(err)
+	}
+	if !e.asynqPaused(e.q) || e.asynqPaused(other) {
+		t.Fatal("global resume after migration")
 	}
 }
 
@@ -118,7 +242,7 @@ func TestPauseWithJobsInFlight(t *testing.T) {
 	receive(t, started)
 	receive(t, started)
 
-	if changed, err := ctl.PauseAll(ctx, []string{e.q}); err != nil || !changed {
+	if _, changed, err := ctl.PauseAll(ctx, []string{e.q}, queue.Actor{}); err != nil || !changed {
 		t.Fatalf("PauseAll: %v, %v", changed, err)
 	}
 	later := []string{e.enqueue(c, "quick", ""), e.enqueue(c, "quick", ""), e.enqueue(c, "quick", "")}
@@ -151,7 +275,7 @@ func TestPauseWithJobsInFlight(t *testing.T) {
 		t.Fatalf("worker while paused: %+v, %v", comp, err)
 	}
 
-	if changed, err := ctl.ResumeAll(ctx, []string{e.q}); err != nil || !changed {
+	if _, changed, err := ctl.ResumeAll(ctx, []string{e.q}); err != nil || !changed {
 		t.Fatalf("ResumeAll: %v, %v", changed, err)
 	}
 	for _, id := range later {

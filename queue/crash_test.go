@@ -254,7 +254,7 @@ func TestPausedPoolStaysReady(t *testing.T) {
 	before := s.waitHealthy(w)
 	ctx := context.Background()
 	ctl := queue.NewControl(e.store)
-	if _, err := ctl.PauseAll(ctx, []string{e.q}); err != nil {
+	if _, _, err := ctl.PauseAll(ctx, []string{e.q}, queue.Actor{}); err != nil {
 		t.Fatal(err)
 	}
 	c := e.client()
@@ -288,7 +288,7 @@ func TestPausedPoolStaysReady(t *testing.T) {
 	if runs := s.counts("runs"); len(runs) != 0 {
 		t.Fatalf("tasks ran while paused: %v", runs)
 	}
-	if _, err := ctl.ResumeAll(ctx, []string{e.q}); err != nil {
+	if _, _, err := ctl.ResumeAll(ctx, []string{e.q}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {

@@ -15,24 +15,29 @@ const FieldAvgMS = "avg_ms"
 
 // Stats are one queue's statistics (DESIGN.md §6), or the sum of all.
 type Stats struct {
-	Queue       string  `json:"queue" doc:"Queue name; empty for the aggregate"`
-	Pending     int     `json:"pending"`
-	Running     int     `json:"running"`
-	Scheduled   int     `json:"scheduled"`
-	Retry       int     `json:"retry"`
-	Completed   int     `json:"completed" doc:"Tasks processed successfully (cumulative)"`
-	Failed      int     `json:"failed" doc:"Tasks whose processing failed (cumulative)"`
-	Archived    int     `json:"archived"`
-	Paused      bool    `json:"paused"`
-	AvgJobMS    float64 `json:"avg_job_ms" doc:"Rolling average job duration in milliseconds"`
-	LiveWorkers int     `json:"live_workers"`
-	ETASeconds  float64 `json:"eta_seconds" doc:"pending × average ÷ live workers; 0 when unknown"`
+	Queue       string   `json:"queue" doc:"Queue name; empty for the aggregate"`
+	Pending     int      `json:"pending"`
+	Running     int      `json:"running"`
+	Scheduled   int      `json:"scheduled"`
+	Retry       int      `json:"retry"`
+	Completed   int      `json:"completed" doc:"Tasks processed successfully (cumulative)"`
+	Failed      int      `json:"failed" doc:"Tasks whose processing failed (cumulative)"`
+	Archived    int      `json:"archived"`
+	Paused      bool     `json:"paused"`
+	PausedBy    string   `json:"paused_by,omitempty"`
+	PausedAt    int64    `json:"paused_at,omitempty"`
+	PausedWho   string   `json:"paused_who,omitempty"`
+	PauseReason string   `json:"pause_reason,omitempty"`
+	PauseScopes []string `json:"pause_scopes,omitempty"`
+	AvgJobMS    float64  `json:"avg_job_ms" doc:"Rolling average job duration in milliseconds"`
+	LiveWorkers int      `json:"live_workers"`
+	ETASeconds  float64  `json:"eta_seconds" doc:"pending × average ÷ live workers; 0 when unknown"`
 }
 
 // Stats reads the statistics of queues; live gives each queue's live
 // (healthy) workers. A queue asynq has never seen has zero counts.
 func (c *Control) Stats(ctx context.Context, queues []string, live map[string]int) (per []Stats, total Stats, err error) {
-	pause, err := c.State(ctx)
+	pause, err := c.State(ctx, queues)
 	if err != nil {
 		return nil, total, err
 	}
@@ -50,7 +55,8 @@ func (c *Control) Stats(ctx context.Context, queues []string, live map[string]in
 	}
 	var weighted float64
 	for i, q := range queues {
-		s := Stats{Queue: q, Paused: pause.Paused(q), LiveWorkers: live[q]}
+		s := Stats{Queue: q, LiveWorkers: live[q]}
+		s.setPause(pause.Queues[q])
 		var info *asynq.QueueInfo
 		if slices.Contains(known, q) {
 			info, err = c.insp.GetQueueInfo(q)
@@ -93,4 +99,11 @@ func eta(pending int, avgMS float64, live int) float64 {
 		return 0
 	}
 	return float64(pending) * avgMS / float64(live) / 1000
+}
+
+func (s *Stats) setPause(p QueuePause) {
+	s.Paused, s.PausedBy, s.PausedWho, s.PauseReason, s.PauseScopes = p.Paused, p.By, p.Who, p.Why, p.Scopes
+	if !p.Since.IsZero() {
+		s.PausedAt = p.Since.UnixMilli()
+	}
 }

@@ -40,7 +40,7 @@ func TestStatsAverageAndETA(t *testing.T) {
 
 	ctl := queue.NewControl(e.store)
 	ctx := context.Background()
-	if _, err := ctl.PauseQueue(ctx, e.q); err != nil {
+	if _, err := ctl.PauseQueue(ctx, e.q, queue.Actor{}); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/server"
 )
@@ -114,5 +116,46 @@ func TestPauseResume(t *testing.T) {
 	}
 	if d := diff(before, h.dump()); len(d) > 0 {
 		t.Errorf("rejected pauses wrote: %v", d)
+	}
+}
+
+// TestPauseByAsynq: a pause made with asynq's own Inspector is shown
+// paused by asynq; Vigil's resume lifts it and says whose it was; a Vigil
+// pause lifted with the Inspector shows running.
+func TestPauseByAsynq(t *testing.T) {
+	h := newHarness(t, setup{})
+	insp := asynq.NewInspectorFromRedisClient(h.redis.Client)
+	if err := insp.PauseQueue(h.q1); err != nil {
+		t.Fatal(err)
+	}
+	q := decode[server.QueueStats](t, h.get("/api/v1/queues/"+h.q1), http.StatusOK)
+	if !q.Paused || q.PausedBy != "asynq" || q.PausedAt == 0 {
+		t.Fatalf("asynq's pause shows as %+v", q)
+	}
+	r := decode[server.PauseResult](t, h.post("/api/v1/queues/"+h.q1+"/pause", ""), http.StatusOK)
+	if r.Changed || !strings.Contains(r.Message, "by asynq's tools") {
+		t.Fatalf("pause over asynq's pause = %+v", r)
+	}
+	r = decode[server.PauseResult](t, h.post("/api/v1/queues/"+h.q1+"/resume", ""), http.StatusOK)
+	if !r.Changed || r.Paused || !strings.Contains(r.Message, "paused by asynq's tools; resumed") {
+		t.Fatalf("resume of asynq's pause = %+v", r)
+	}
+	r = decode[server.PauseResult](t, h.post("/api/v1/queues/"+h.q1+"/pause?by=ann&reason=deploy", ""), http.StatusOK)
+	if !r.Changed {
+		t.Fatalf("pause = %+v", r)
+	}
+	q = decode[server.QueueStats](t, h.get("/api/v1/queues/"+h.q1), http.StatusOK)
+	if !q.Paused || q.PausedBy != "vigil" || q.PausedWho != "ann" || q.PauseReason != "deploy" {
+		t.Fatalf("Vigil's pause shows as %+v", q)
+	}
+	if err := insp.UnpauseQueue(h.q1); err != nil {
+		t.Fatal(err)
+	}
+	if q := decode[server.QueueStats](t, h.get("/api/v1/queues/"+h.q1), http.StatusOK); q.Paused || q.PausedBy != "" {
+		t.Fatalf("after asynq's unpause: %+v", q)
+	}
+	r = decode[server.PauseResult](t, h.post("/api/v1/queues/"+h.q1+"/resume", ""), http.StatusOK)
+	if r.Changed || !strings.Contains(r.Message, "asynq's tools had already resumed it") {
+		t.Fatalf("resume after asynq's unpause = %+v", r)
 	}
 }

@@ -47,6 +47,16 @@ func (c *cli) status(ctx context.Context) error {
 	paused := "no"
 	if ql.GlobalPaused {
 		paused = "yes (global pause)"
+	} else {
+		var qs []string
+		for _, s := range ql.Queues {
+			if s.Paused {
+				qs = append(qs, s.Queue+strings.TrimPrefix(pausedBy(s), "yes"))
+			}
+		}
+		if len(qs) > 0 {
+			paused = strings.Join(qs, ", ")
+		}
 	}
 	fmt.Fprintf(c.out, "paused: %s\n", paused)
 	fmt.Fprintf(c.out, "jobs:   %d pending, %d running, %d done, %d failed\n",
@@ -94,7 +104,7 @@ func (c *cli) queues(ctx context.Context) error {
 	tw := c.table()
 	fmt.Fprintln(tw, "QUEUE\tPAUSED\tPENDING\tRUNNING\tDONE\tFAILED\tARCHIVED\tWORKERS\tAVG JOB\tETA")
 	row := func(name string, s client.QueueStats) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", name, yes(s.Paused), s.Pending, s.Running,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", name, pausedBy(s), s.Pending, s.Running,
 			s.Completed, s.Failed, s.Archived, s.LiveWorkers, ms(s.AvgJobMs), seconds(s.EtaSeconds))
 	}
 	for _, s := range res.JSON200.Queues {
@@ -121,13 +131,13 @@ func (c *cli) pause(ctx context.Context, pause bool, q []string) error {
 	switch {
 	case pause && len(q) == 0:
 		var r *client.PauseAllResponse
-		r, err = c.api.PauseAllWithResponse(ctx)
+		r, err = c.api.PauseAllWithResponse(ctx, &client.PauseAllParams{By: opt(c.o.by), Reason: opt(c.o.reason)})
 		if err = c.check(err, func() (*http.Response, []byte) { return r.HTTPResponse, r.Body }); err == nil {
 			b, resp = r.Body, r.JSON200
 		}
 	case pause:
 		var r *client.PauseQueueResponse
-		r, err = c.api.PauseQueueWithResponse(ctx, q[0])
+		r, err = c.api.PauseQueueWithResponse(ctx, q[0], &client.PauseQueueParams{By: opt(c.o.by), Reason: opt(c.o.reason)})
 		if err = c.check(err, func() (*http.Response, []byte) { return r.HTTPResponse, r.Body }); err == nil {
 			b, resp = r.Body, r.JSON200
 		}
@@ -207,11 +217,23 @@ func dash(s string) string {
 	return s
 }
 
-func yes(b bool) string {
-	if b {
-		return "yes"
+// opt is nil for "", else &s.
+func opt(s string) *string {
+	if s == "" {
+		return nil
 	}
-	return "no"
+	return &s
+}
+
+// pausedBy says whether a queue is paused, and by whom.
+func pausedBy(s client.QueueStats) string {
+	if !s.Paused {
+		return "no"
+	}
+	if s.PausedBy != nil {
+		return "yes (" + string(*s.PausedBy) + ")"
+	}
+	return "yes"
 }
 
 func ms(v float64) string {

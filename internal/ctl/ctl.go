@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -47,6 +48,7 @@ Flags (anywhere on the line):
   --token T      admin token (env VIGIL_TOKEN)
   --json         print the API's JSON instead of tables
   --restart      reset: start the worker again
+  --reason WHY   pause: why (shown beside the pause; who is $USER@hostname)
   --limit N      events: stop after N events (0: follow until Ctrl-C)
 `
 
@@ -58,6 +60,7 @@ type options struct {
 	server, token string
 	json, restart bool
 	limit         int
+	reason, by    string
 }
 
 // Run runs `vigil ctl args…` and returns the exit code: 0 done, 1 failed,
@@ -89,6 +92,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	fs.BoolVar(&o.json, "json", false, "")
 	fs.BoolVar(&o.restart, "restart", false, "")
 	fs.IntVar(&o.limit, "limit", 0, "")
+	fs.StringVar(&o.reason, "reason", "", "")
+	o.by = getenv("USER")
+	if h, err := os.Hostname(); err == nil && o.by != "" {
+		o.by += "@" + h
+	}
 	// Flags may come before or after the command and its arguments.
 	var pos []string
 	for rest := args; ; {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/ctl"
 )
@@ -123,4 +125,35 @@ func lineOf(out, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// TestResumeAsynqPause: a queue paused with asynq's own Inspector shows
+// paused by asynq, and `vigil ctl resume` says it lifted asynq's pause.
+func TestResumeAsynqPause(t *testing.T) {
+	l := newLive(t)
+	insp := asynq.NewInspectorFromRedisClient(l.rdb)
+	if err := insp.PauseQueue("tag"); err != nil {
+		t.Fatal(err)
+	}
+	if out := l.must(nil, "queues"); !strings.Contains(lineOf(out, "tag "), "yes (asynq)") {
+		t.Fatalf("asynq's pause not shown:\n%s", out)
+	}
+	l.must([]string{"paused: tag (asynq)"}, "status")
+	l.must([]string{"paused by asynq's tools; resumed"}, "resume", "tag")
+	l.must([]string{"was not paused"}, "resume", "tag")
+	l.must([]string{"tag paused"}, "pause", "tag", "--reason", "deploy")
+	var q struct {
+		Queues []struct {
+			PausedBy    string `json:"paused_by"`
+			PauseReason string `json:"pause_reason"`
+		}
+	}
+	decode(t, l.must(nil, "queues", "--json"), &q)
+	if len(q.Queues) != 1 || q.Queues[0].PausedBy != "vigil" || q.Queues[0].PauseReason != "deploy" {
+		t.Fatalf("queues --json: %+v", q)
+	}
+	if err := insp.UnpauseQueue("tag"); err != nil {
+		t.Fatal(err)
+	}
+	l.must([]string{"asynq's tools had already resumed it"}, "resume", "tag")
 }

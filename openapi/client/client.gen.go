@@ -232,6 +232,24 @@ func (e PauseResultAction) Valid() bool {
 	}
 }
 
+// Defines values for QueueStatsPausedBy.
+const (
+	Asynq QueueStatsPausedBy = "asynq"
+	Vigil QueueStatsPausedBy = "vigil"
+)
+
+// Valid indicates whether the value is a known member of the QueueStatsPausedBy enum.
+func (e QueueStatsPausedBy) Valid() bool {
+	switch e {
+	case Asynq:
+		return true
+	case Vigil:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for QueueUpdateEventType.
 const (
 	QueueUpdateEventTypeQueueUpdate QueueUpdateEventType = "queue_update"
@@ -1033,7 +1051,7 @@ type PoolSizeInputBody struct {
 
 // QueueList defines model for QueueList.
 type QueueList struct {
-	// GlobalPaused Whether the global pause is on
+	// GlobalPaused Whether Vigil's global pause is on (it holds at least one queue)
 	GlobalPaused bool `json:"global_paused"`
 
 	// Queues Every configured queue, by name
@@ -1061,8 +1079,23 @@ type QueueStats struct {
 	// LiveWorkers Healthy workers consuming the queue
 	LiveWorkers int64 `json:"live_workers"`
 
-	// Paused Paused, by the global pause or its own
+	// PauseReason Why (the request's reason parameter)
+	PauseReason *string `json:"pause_reason,omitempty"`
+
+	// PauseScopes Vigil's pauses that hold the queue: global, queue, or both; a Vigil resume lifts the queue's pause once none holds it
+	PauseScopes *[]string `json:"pause_scopes,omitempty"`
+
+	// Paused Paused: asynq's own key asynq:{queue}:paused exists (whoever set it: Vigil's global or queue pause, asynq's CLI, asynqmon, Inspector.PauseQueue)
 	Paused bool `json:"paused"`
+
+	// PausedAt When it was paused (Unix ms; asynq's tools record whole seconds)
+	PausedAt *int64 `json:"paused_at,omitempty"`
+
+	// PausedBy Who paused it: vigil (through Vigil's API, ctl or dashboard) or asynq (asynq's tools, or anything else that set asynq's key); absent while running
+	PausedBy *QueueStatsPausedBy `json:"paused_by,omitempty"`
+
+	// PausedWho Who asked for Vigil's pause (the request's by parameter)
+	PausedWho *string `json:"paused_who,omitempty"`
 
 	// Pending Tasks waiting to run
 	Pending int64 `json:"pending"`
@@ -1081,6 +1114,9 @@ type QueueStats struct {
 	// Scheduled Tasks scheduled for later
 	Scheduled int64 `json:"scheduled"`
 }
+
+// QueueStatsPausedBy Who paused it: vigil (through Vigil's API, ctl or dashboard) or asynq (asynq's tools, or anything else that set asynq's key); absent while running
+type QueueStatsPausedBy string
 
 // QueueUpdateEvent defines model for QueueUpdateEvent.
 type QueueUpdateEvent struct {
@@ -1382,10 +1418,15 @@ type Stats struct {
 	EtaSeconds float64 `json:"eta_seconds"`
 
 	// Failed Tasks whose processing failed (cumulative)
-	Failed      int64 `json:"failed"`
-	LiveWorkers int64 `json:"live_workers"`
-	Paused      bool  `json:"paused"`
-	Pending     int64 `json:"pending"`
+	Failed      int64     `json:"failed"`
+	LiveWorkers int64     `json:"live_workers"`
+	PauseReason *string   `json:"pause_reason,omitempty"`
+	PauseScopes *[]string `json:"pause_scopes,omitempty"`
+	Paused      bool      `json:"paused"`
+	PausedAt    *int64    `json:"paused_at,omitempty"`
+	PausedBy    *string   `json:"paused_by,omitempty"`
+	PausedWho   *string   `json:"paused_who,omitempty"`
+	Pending     int64     `json:"pending"`
 
 	// Queue Queue name; empty for the aggregate
 	Queue     string `json:"queue"`
@@ -1576,6 +1617,15 @@ type ListEventsParams struct {
 	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// PauseAllParams defines parameters for PauseAll.
+type PauseAllParams struct {
+	// By Who asks (shown as paused_who), e.g. a user name
+	By *string `form:"by,omitempty" json:"by,omitempty"`
+
+	// Reason Why (shown as pause_reason)
+	Reason *string `form:"reason,omitempty" json:"reason,omitempty"`
+}
+
 // ListJobsParams defines parameters for ListJobs.
 type ListJobsParams struct {
 	// State Which jobs (archived ones include toxic jobs, with their reason)
@@ -1590,6 +1640,15 @@ type ListJobsParams struct {
 
 // ListJobsParamsState defines parameters for ListJobs.
 type ListJobsParamsState string
+
+// PauseQueueParams defines parameters for PauseQueue.
+type PauseQueueParams struct {
+	// By Who asks (shown as paused_who), e.g. a user name
+	By *string `form:"by,omitempty" json:"by,omitempty"`
+
+	// Reason Why (shown as pause_reason)
+	Reason *string `form:"reason,omitempty" json:"reason,omitempty"`
+}
 
 // ResetWorkerParams defines parameters for ResetWorker.
 type ResetWorkerParams struct {
@@ -1765,10 +1824,10 @@ type ClientInterface interface {
 
 	// PauseAll Pause every queue
 	//
-	// Sets the global pause: workers stay alive and idle, running jobs finish, nothing new starts. 200 also when it was already paused.
+	// Sets the global pause: every configured queue is paused in asynq (its key asynq:{queue}:paused, which asynq's tools see), with Vigil's record beside it. Workers stay alive and idle, running jobs finish, nothing new starts. A queue already paused by asynq's tools is left as it is. 200 also when it was already paused.
 	//
 	// Corresponds with POST /api/v1/pause (the `PauseAll` operationId).
-	PauseAll(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PauseAll(ctx context.Context, params *PauseAllParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListPools List pools
 	//
@@ -1841,21 +1900,21 @@ type ClientInterface interface {
 
 	// PauseQueue Pause a queue
 	//
-	// 200 also when it was already paused (the answer says so).
+	// Pauses the queue in asynq (its key asynq:{queue}:paused). 200 also when it was already paused (the answer says by whom).
 	//
 	// Corresponds with POST /api/v1/queues/{queue}/pause (the `PauseQueue` operationId).
-	PauseQueue(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PauseQueue(ctx context.Context, queue string, params *PauseQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeQueue Resume a queue
 	//
-	// Clears the queue's own pause; it stays paused while the global pause holds. 200 also when nothing changed.
+	// Lifts the queue's own pause, or a pause made by asynq's tools; it stays paused while Vigil's global pause holds it. 200 also when nothing changed; the message says what happened.
 	//
 	// Corresponds with POST /api/v1/queues/{queue}/resume (the `ResumeQueue` operationId).
 	ResumeQueue(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResumeAll Resume every queue
 	//
-	// Clears the global pause; a queue paused on its own stays paused. 200 also when nothing changed.
+	// Lifts the global pause; a queue paused on its own, or by asynq's tools, stays paused (the message names them). 200 also when nothing changed.
 	//
 	// Corresponds with POST /api/v1/resume (the `ResumeAll` operationId).
 	ResumeAll(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2195,11 +2254,11 @@ func (c *Client) RetryJob(ctx context.Context, queue string, id string, reqEdito
 
 // PauseAll Pause every queue
 //
-// Sets the global pause: workers stay alive and idle, running jobs finish, nothing new starts. 200 also when it was already paused.
+// Sets the global pause: every configured queue is paused in asynq (its key asynq:{queue}:paused, which asynq's tools see), with Vigil's record beside it. Workers stay alive and idle, running jobs finish, nothing new starts. A queue already paused by asynq's tools is left as it is. 200 also when it was already paused.
 //
 // Corresponds with POST /api/v1/pause (the `PauseAll` operationId).
-func (c *Client) PauseAll(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPauseAllRequest(c.Server)
+func (c *Client) PauseAll(ctx context.Context, params *PauseAllParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseAllRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2371,11 +2430,11 @@ func (c *Client) EnqueueJob(ctx context.Context, queue string, body EnqueueJobJS
 
 // PauseQueue Pause a queue
 //
-// 200 also when it was already paused (the answer says so).
+// Pauses the queue in asynq (its key asynq:{queue}:paused). 200 also when it was already paused (the answer says by whom).
 //
 // Corresponds with POST /api/v1/queues/{queue}/pause (the `PauseQueue` operationId).
-func (c *Client) PauseQueue(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPauseQueueRequest(c.Server, queue)
+func (c *Client) PauseQueue(ctx context.Context, queue string, params *PauseQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseQueueRequest(c.Server, queue, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2388,7 +2447,7 @@ func (c *Client) PauseQueue(ctx context.Context, queue string, reqEditors ...Req
 
 // ResumeQueue Resume a queue
 //
-// Clears the queue's own pause; it stays paused while the global pause holds. 200 also when nothing changed.
+// Lifts the queue's own pause, or a pause made by asynq's tools; it stays paused while Vigil's global pause holds it. 200 also when nothing changed; the message says what happened.
 //
 // Corresponds with POST /api/v1/queues/{queue}/resume (the `ResumeQueue` operationId).
 func (c *Client) ResumeQueue(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2405,7 +2464,7 @@ func (c *Client) ResumeQueue(ctx context.Context, queue string, reqEditors ...Re
 
 // ResumeAll Resume every queue
 //
-// Clears the global pause; a queue paused on its own stays paused. 200 also when nothing changed.
+// Lifts the global pause; a queue paused on its own, or by asynq's tools, stays paused (the message names them). 200 also when nothing changed.
 //
 // Corresponds with POST /api/v1/resume (the `ResumeAll` operationId).
 func (c *Client) ResumeAll(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3243,7 +3302,7 @@ func NewRetryJobRequest(server string, queue string, id string) (*http.Request, 
 }
 
 // NewPauseAllRequest constructs an http.Request for the PauseAll method
-func NewPauseAllRequest(server string) (*http.Request, error) {
+func NewPauseAllRequest(server string, params *PauseAllParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3259,6 +3318,45 @@ func NewPauseAllRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.By != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "by", *params.By, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
@@ -3571,7 +3669,7 @@ func NewEnqueueJobRequestWithBody(server string, queue string, contentType strin
 }
 
 // NewPauseQueueRequest constructs an http.Request for the PauseQueue method
-func NewPauseQueueRequest(server string, queue string) (*http.Request, error) {
+func NewPauseQueueRequest(server string, queue string, params *PauseQueueParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -3594,6 +3692,45 @@ func NewPauseQueueRequest(server string, queue string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.By != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "by", *params.By, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
@@ -4437,12 +4574,12 @@ type ClientWithResponsesInterface interface {
 
 	// PauseAllWithResponse Pause every queue
 	//
-	// Sets the global pause: workers stay alive and idle, running jobs finish, nothing new starts. 200 also when it was already paused.
+	// Sets the global pause: every configured queue is paused in asynq (its key asynq:{queue}:paused, which asynq's tools see), with Vigil's record beside it. Workers stay alive and idle, running jobs finish, nothing new starts. A queue already paused by asynq's tools is left as it is. 200 also when it was already paused.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/pause (the `PauseAll` operationId).
-	PauseAllWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*PauseAllResponse, error)
+	PauseAllWithResponse(ctx context.Context, params *PauseAllParams, reqEditors ...RequestEditorFn) (*PauseAllResponse, error)
 
 	// ListPoolsWithResponse List pools
 	//
@@ -4525,16 +4662,16 @@ type ClientWithResponsesInterface interface {
 
 	// PauseQueueWithResponse Pause a queue
 	//
-	// 200 also when it was already paused (the answer says so).
+	// Pauses the queue in asynq (its key asynq:{queue}:paused). 200 also when it was already paused (the answer says by whom).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/queues/{queue}/pause (the `PauseQueue` operationId).
-	PauseQueueWithResponse(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*PauseQueueResponse, error)
+	PauseQueueWithResponse(ctx context.Context, queue string, params *PauseQueueParams, reqEditors ...RequestEditorFn) (*PauseQueueResponse, error)
 
 	// ResumeQueueWithResponse Resume a queue
 	//
-	// Clears the queue's own pause; it stays paused while the global pause holds. 200 also when nothing changed.
+	// Lifts the queue's own pause, or a pause made by asynq's tools; it stays paused while Vigil's global pause holds it. 200 also when nothing changed; the message says what happened.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4543,7 +4680,7 @@ type ClientWithResponsesInterface interface {
 
 	// ResumeAllWithResponse Resume every queue
 	//
-	// Clears the global pause; a queue paused on its own stays paused. 200 also when nothing changed.
+	// Lifts the global pause; a queue paused on its own, or by asynq's tools, stays paused (the message names them). 200 also when nothing changed.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -5547,6 +5684,8 @@ type PauseAllResponse struct {
 	ApplicationproblemJSON401 *ErrorModel
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *ErrorModel
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5566,6 +5705,11 @@ func (r PauseAllResponse) GetApplicationproblemJSON401() *ErrorModel {
 // GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
 func (r PauseAllResponse) GetApplicationproblemJSON403() *ErrorModel {
 	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PauseAllResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
@@ -8132,13 +8276,13 @@ func (c *ClientWithResponses) RetryJobWithResponse(ctx context.Context, queue st
 
 // PauseAllWithResponse Pause every queue
 //
-// Sets the global pause: workers stay alive and idle, running jobs finish, nothing new starts. 200 also when it was already paused.
+// Sets the global pause: every configured queue is paused in asynq (its key asynq:{queue}:paused, which asynq's tools see), with Vigil's record beside it. Workers stay alive and idle, running jobs finish, nothing new starts. A queue already paused by asynq's tools is left as it is. 200 also when it was already paused.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/pause (the `PauseAll` operationId).
-func (c *ClientWithResponses) PauseAllWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*PauseAllResponse, error) {
-	rsp, err := c.PauseAll(ctx, reqEditors...)
+func (c *ClientWithResponses) PauseAllWithResponse(ctx context.Context, params *PauseAllParams, reqEditors ...RequestEditorFn) (*PauseAllResponse, error) {
+	rsp, err := c.PauseAll(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8280,13 +8424,13 @@ func (c *ClientWithResponses) EnqueueJobWithResponse(ctx context.Context, queue 
 
 // PauseQueueWithResponse Pause a queue
 //
-// 200 also when it was already paused (the answer says so).
+// Pauses the queue in asynq (its key asynq:{queue}:paused). 200 also when it was already paused (the answer says by whom).
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/queues/{queue}/pause (the `PauseQueue` operationId).
-func (c *ClientWithResponses) PauseQueueWithResponse(ctx context.Context, queue string, reqEditors ...RequestEditorFn) (*PauseQueueResponse, error) {
-	rsp, err := c.PauseQueue(ctx, queue, reqEditors...)
+func (c *ClientWithResponses) PauseQueueWithResponse(ctx context.Context, queue string, params *PauseQueueParams, reqEditors ...RequestEditorFn) (*PauseQueueResponse, error) {
+	rsp, err := c.PauseQueue(ctx, queue, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -8295,7 +8439,7 @@ func (c *ClientWithResponses) PauseQueueWithResponse(ctx context.Context, queue 
 
 // ResumeQueueWithResponse Resume a queue
 //
-// Clears the queue's own pause; it stays paused while the global pause holds. 200 also when nothing changed.
+// Lifts the queue's own pause, or a pause made by asynq's tools; it stays paused while Vigil's global pause holds it. 200 also when nothing changed; the message says what happened.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -8310,7 +8454,7 @@ func (c *ClientWithResponses) ResumeQueueWithResponse(ctx context.Context, queue
 
 // ResumeAllWithResponse Resume every queue
 //
-// Clears the global pause; a queue paused on its own stays paused. 200 also when nothing changed.
+// Lifts the global pause; a queue paused on its own, or by asynq's tools, stays paused (the message names them). 200 also when nothing changed.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -9323,6 +9467,13 @@ func ParsePauseAllResponse(rsp *http.Response) (*PauseAllResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest ErrorModel

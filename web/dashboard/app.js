@@ -436,6 +436,17 @@ function poolCounts(q) {
   return { healthy, size: p ? p.size : n };
 }
 
+// pauseTitle says who paused a queue, when and why (asynq's own key is
+// the truth; Vigil's record says the rest).
+function pauseTitle(s) {
+  if (!s.paused) return '';
+  const parts = ['paused by ' + (s.paused_by === 'asynq' ? "asynq's tools" : (s.paused_who || 'vigil'))];
+  if (s.paused_at) parts.push('since ' + new Date(s.paused_at).toLocaleString());
+  if (s.pause_scopes) parts.push('(' + s.pause_scopes.join(', ') + ' pause)');
+  if (s.pause_reason) parts.push('— ' + s.pause_reason);
+  return parts.join(' ');
+}
+
 function drawQueues() {
   const t = $('#queues');
   if (!t.tHead.rows.length) t.tHead.append(headRow([{ label: 'queue' }, { label: 'workers', title: 'healthy / pool size' }, ...QUEUE_COLUMNS, { label: 'state' }], ['']));
@@ -444,7 +455,7 @@ function drawQueues() {
     const c = poolCounts(q);
     return el('tr', { data: { queue: q } },
       el('td', {}, link(q, '#/jobs/' + enc(q))), td(c.healthy + ' / ' + c.size, 'num'), cells(QUEUE_COLUMNS, s),
-      el('td', { class: 'paused' }, badge(s.paused ? 'paused' : 'running')),
+      el('td', { class: 'paused', title: pauseTitle(s) }, badge(s.paused ? 'paused' + (s.paused_by ? ' (' + s.paused_by + ')' : '') : 'running', s.paused ? 'paused' : 'running')),
       el('td', {},
         button('Pause', 'pause', () => pauseQueue(q, true), { disabled: !!s.paused }), ' ',
         button('Resume', 'resume', () => pauseQueue(q, false), { disabled: !s.paused })));
