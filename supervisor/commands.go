@@ -37,8 +37,15 @@ type commandReply struct {
 // blocked read returns at once.
 const wakeUp = "wake"
 
-// forwardTimeout bounds how long a forwarded action waits for its answer.
+// forwardTimeout bounds how long a forwarded command is kept, and how
+// long the host running it may take.
 const forwardTimeout = 30 * time.Second
+
+// forwardWait bounds how long a forwarded action waits for its answer: the
+// holder answers once the stop it runs has ended (stop_timeout at most), so
+// with the last wait's second (BLPOP waits whole seconds) every action is
+// answered within stop_timeout + 2 s (invariant 6 of issue 12).
+func (s *Supervisor) forwardWait() time.Duration { return s.cfg.StopTimeout + time.Second }
 
 // ErrNoOwner is returned for an action on a component no live host holds.
 var ErrNoOwner = errors.New("no live host holds this component")
@@ -61,6 +68,9 @@ func (s *Supervisor) forward(ctx context.Context, op string, id health.Component
 		}
 		return health.Component{}, fmt.Errorf("%s: %w", id, ErrNoOwner)
 	}
+	if err := s.hostAlive(ctx, id, host); err != nil {
+		return health.Component{}, err
+	}
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	cmd := command{Op: op, Component: id.String(), Restart: restart, Reply: keys.Reply(hex.EncodeToString(b))}
@@ -71,13 +81,9 @@ func (s *Supervisor) forward(ctx context.Context, op string, id health.Component
 	if _, err := pipe.Exec(ctx); err != nil {
 		return health.Component{}, fmt.Errorf("send %s to host %s: %w", op, host, err)
 	}
-	wait := forwardTimeout
-	if d, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(d))
-	}
-	res, err := s.store.Client().BLPop(ctx, wait, cmd.Reply).Result()
+	res, err := s.awaitReply(ctx, op, id, host, cmd.Reply)
 	if err != nil {
-		return health.Component{}, fmt.Errorf("%s on host %s: no answer: %w", op, host, err)
+		return health.Component{}, err
 	}
 	var r commandReply
 	if err := json.Unmarshal([]byte(res[1]), &r); err != nil {
@@ -95,6 +101,55 @@ func (s *Supervisor) forward(ctx context.Context, op string, id health.Component
 		return health.Component{}, errors.New(r.Err)
 	}
 	return s.store.Get(ctx, id)
+}
+
+// hostAlive answers ErrNoOwner at once when host, which the lease of id's
+// slot names, is gone (its record expired): no one will run the command
+// until the lease runs out and another host takes the slot.
+func (s *Supervisor) hostAlive(ctx context.Context, id health.ComponentID, host string) error {
+	h, err := s.store.ReadHost(ctx, host)
+	if err != nil {
+		return err
+	}
+	if !h.Alive {
+		return fmt.Errorf("%s: its holder, host %s, is gone (the slot is taken over once its lease runs out): %w", id, host, ErrNoOwner)
+	}
+	return nil
+}
+
+// awaitReply waits for the answer to a command sent to host, a second at a
+// time: it gives up when ctx ends or this supervisor stops (Stop cancels
+// the forwards in flight: a blocked read does not see its context end),
+// when host is gone meanwhile, and after forwardWait.
+func (s *Supervisor) awaitReply(ctx context.Context, op string, id health.ComponentID, host, reply string) ([]string, error) {
+	wait := s.forwardWait()
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d))
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		select {
+		case <-s.stopCmds:
+			return nil, fmt.Errorf("%s on host %s: %w", op, host, ErrStopped)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s on host %s: no answer: %w", op, host, ctx.Err())
+		default:
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, fmt.Errorf("%s on host %s: no answer within %s: %w", op, host, wait.Round(time.Millisecond), ErrNoOwner)
+		}
+		res, err := s.store.Client().BLPop(ctx, min(left, time.Second), reply).Result()
+		switch {
+		case err == nil:
+			return res, nil
+		case !errors.Is(err, redis.Nil):
+			return nil, fmt.Errorf("%s on host %s: no answer: %w", op, host, err)
+		}
+		if err := s.hostAlive(ctx, id, host); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // serveCommands runs actions other hosts send to this one, until Stop.
