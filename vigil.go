@@ -127,18 +127,19 @@ type Vigil struct {
 	cfg Config
 	log *slog.Logger
 
-	mu        sync.Mutex
-	started   bool
-	closed    bool
-	closeDone chan struct{} // closed when Close is over
-	closeErr  error
-	handler   *server.Server
-	rdb       redis.UniversalClient
-	ownRdb    bool
-	sup       *supervisor.Supervisor // kept after Close (Supervisor)
-	sched     *schedule.Scheduler
-	metrics   *metrics.Metrics
-	stopWh    func()
+	mu          sync.Mutex
+	started     bool
+	closed      bool
+	closeDone   chan struct{} // closed when Close is over
+	closeErr    error
+	handler     *server.Server
+	rdb         redis.UniversalClient
+	ownRdb      bool
+	sup         *supervisor.Supervisor // kept after Close (Supervisor)
+	sched       *schedule.Scheduler
+	metrics     *metrics.Metrics
+	stopWh      func()
+	stopJanitor func()
 }
 
 // New checks cfg and returns a Vigil to Start. It opens nothing.
@@ -274,6 +275,16 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 		Restore: func(ctx context.Context) (bool, error) { return schedules.ApplyConfig(ctx, cfg.ScheduleDefinitions()) }})
 	sched.Start()
 	v.sched = sched
+	// Kept scratch directories of this host's pools, bounded.
+	roots, minAge := cfg.ScratchRoots(queue.ScratchRootDefault())
+	jctx, stopJanitor := context.WithCancel(context.Background())
+	janitorDone := make(chan struct{})
+	go func() {
+		defer close(janitorDone)
+		queue.NewScratchJanitor(queue.JanitorConfig{Roots: roots, MinAge: minAge, MaxAge: time.Duration(cfg.ScratchMaxAge),
+			MaxBytes: int64(cfg.ScratchMaxBytes), Logger: v.log, Removed: v.metrics.ScratchRemoved}).Run(jctx)
+	}()
+	v.stopJanitor = func() { stopJanitor(); <-janitorDone }
 	if err := v.sup.Start(ctx); err != nil {
 		return err
 	}
@@ -366,16 +377,17 @@ type running struct {
 	sup     *supervisor.Supervisor
 	sched   *schedule.Scheduler
 	stopWh  func()
+	stopJan func()
 	rdb     redis.UniversalClient // closed by stop
 }
 
 // take hands over what runs; v.mu is held.
 func (v *Vigil) take() running {
-	r := running{handler: v.handler, sup: v.sup, sched: v.sched, stopWh: v.stopWh}
+	r := running{handler: v.handler, sup: v.sup, sched: v.sched, stopWh: v.stopWh, stopJan: v.stopJanitor}
 	if v.ownRdb {
 		r.rdb = v.rdb
 	}
-	v.handler, v.sched, v.stopWh, v.rdb, v.ownRdb = nil, nil, nil, nil, false
+	v.handler, v.sched, v.stopWh, v.stopJanitor, v.rdb, v.ownRdb = nil, nil, nil, nil, nil, false
 	return r
 }
 
@@ -395,6 +407,9 @@ func (r running) stop(ctx context.Context) error {
 	}
 	if r.stopWh != nil {
 		r.stopWh()
+	}
+	if r.stopJan != nil {
+		r.stopJan()
 	}
 	if r.rdb != nil {
 		errs = append(errs, r.rdb.Close())

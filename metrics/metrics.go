@@ -64,6 +64,8 @@ type Metrics struct {
 	truncated    *prometheus.CounterVec
 	schedFires   *prometheus.CounterVec
 	schedLag     prometheus.Histogram
+	scratchDirs  prometheus.Counter
+	scratchBytes prometheus.Counter
 }
 
 // New registers Vigil's collectors on cfg.Registry (or a new registry).
@@ -108,6 +110,10 @@ func New(cfg Config) (*Metrics, error) {
 			Help: "Webhook alerts by result (sent, failed, dropped)."}, []string{"result"}),
 		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_worker_output_truncated_total",
 			Help: "Worker output lines longer than the line limit, cut with a marker, by queue."}, []string{"queue"}),
+		scratchDirs: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_scratch_removed_total",
+			Help: "Kept scratch directories of this host removed by the janitor (past scratch_max_age, or oldest first past scratch_max_bytes)."}),
+		scratchBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_scratch_removed_bytes_total",
+			Help: "Bytes of the kept scratch directories the janitor removed."}),
 		schedFires: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_schedule_fires_total",
 			Help: "Ticks and triggers of schedules decided by this host, by schedule and result (enqueued; duplicate: the unique option's lock was held; conflict: a task with the tick's id existed; skipped: a missed tick its catch-up policy skipped)."},
 			[]string{"schedule", "result"}),
@@ -120,7 +126,7 @@ func New(cfg Config) (*Metrics, error) {
 		ConstLabels: prometheus.Labels{"version": cmp.Or(cfg.Version, "dev"), "goversion": runtime.Version(), "asynq": queue.AsynqVersion}})
 	build.Set(1)
 	cs := []prometheus.Collector{m.crashes, m.restarts, m.failed, m.detection, m.recovered, m.hostsLost,
-		m.sseClients, m.sseEvents, m.sseDropped, m.alertResults, m.truncated, m.schedFires, m.schedLag, build,
+		m.sseClients, m.sseEvents, m.sseDropped, m.alertResults, m.truncated, m.schedFires, m.schedLag, m.scratchDirs, m.scratchBytes, build,
 		processCounters{queue.DefaultMetrics}}
 	if cfg.Store != nil {
 		cs = append(cs, newRedisCollector(cfg))
@@ -188,6 +194,14 @@ func (m *Metrics) HostLost() {
 func (m *Metrics) OutputTruncated(queue string) {
 	if m != nil {
 		m.truncated.WithLabelValues(queue).Inc()
+	}
+}
+
+// ScratchRemoved counts kept scratch directories the janitor removed.
+func (m *Metrics) ScratchRemoved(dirs int, bytes int64) {
+	if m != nil {
+		m.scratchDirs.Add(float64(dirs))
+		m.scratchBytes.Add(float64(bytes))
 	}
 }
 

@@ -78,7 +78,12 @@ type Config struct {
 	InheritEnv   List         `yaml:"inherit_env"`
 	WorkerOutput WorkerOutput `yaml:"worker_output"`
 	JobView      JobView      `yaml:"job_view"`
-	Pools        []Pool       `yaml:"pools"`
+	// ScratchMaxAge and ScratchMaxBytes bound the scratch directories kept
+	// after failures on this host: older ones, then the oldest past the
+	// bound, are removed (README "Outputs and retries"; 0 bytes: no bound).
+	ScratchMaxAge   Duration `yaml:"scratch_max_age"`
+	ScratchMaxBytes Size     `yaml:"scratch_max_bytes"`
+	Pools           []Pool   `yaml:"pools"`
 	// Scheduler holds the rules for schedules, Schedules the periodic
 	// tasks of this configuration (README "Periodic tasks").
 	Scheduler Scheduler  `yaml:"scheduler"`
@@ -162,20 +167,22 @@ type Backpressure struct {
 // Default returns the configuration with every default of DESIGN.md §10.
 func Default() Config {
 	return Config{
-		Listen:         "127.0.0.1:8080",
-		Prefix:         health.PrefixDefault,
-		Lease:          Duration(15 * time.Second),
-		MaxBody:        1 << 20,
-		SSE:            SSE{MaxClients: 10_000, MaxClientsPerAddress: 32 /* server.SSEMaxClientsPerAddressDefault */, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
-		Heartbeat:      Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault)},
-		StopTimeout:    Duration(supervisor.StopTimeoutDefault),
-		MaxPoolSize:    1000,
-		LogFormat:      "text",
-		LogLevel:       "info",
-		WorkerOutput:   WorkerOutput{Tail: supervisor.LogTailDefault, MaxLine: supervisor.MaxLogLineDefault},
-		JobView:        JobView{PayloadPreview: 1 << 10, MaxPayload: 1 << 20, ReadBudget: 16 << 20},
-		DurableEnqueue: DurableEnqueue{Timeout: Duration(queue.DurableTimeoutDefault)},
-		Scheduler:      Scheduler{MisfireGrace: Duration(schedule.MisfireGraceDefault), MaxCatchUp: schedule.MaxCatchUpDefault},
+		Listen:          "127.0.0.1:8080",
+		Prefix:          health.PrefixDefault,
+		Lease:           Duration(15 * time.Second),
+		MaxBody:         1 << 20,
+		SSE:             SSE{MaxClients: 10_000, MaxClientsPerAddress: 32 /* server.SSEMaxClientsPerAddressDefault */, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
+		Heartbeat:       Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault)},
+		StopTimeout:     Duration(supervisor.StopTimeoutDefault),
+		MaxPoolSize:     1000,
+		LogFormat:       "text",
+		LogLevel:        "info",
+		WorkerOutput:    WorkerOutput{Tail: supervisor.LogTailDefault, MaxLine: supervisor.MaxLogLineDefault},
+		JobView:         JobView{PayloadPreview: 1 << 10, MaxPayload: 1 << 20, ReadBudget: 16 << 20},
+		ScratchMaxAge:   Duration(7 * 24 * time.Hour),
+		ScratchMaxBytes: 10 << 30,
+		DurableEnqueue:  DurableEnqueue{Timeout: Duration(queue.DurableTimeoutDefault)},
+		Scheduler:       Scheduler{MisfireGrace: Duration(schedule.MisfireGraceDefault), MaxCatchUp: schedule.MaxCatchUpDefault},
 		Policy: Policy{
 			BackoffBase: Duration(policy.BackoffBaseDefault), BackoffMax: Duration(policy.BackoffMaxDefault),
 			Window: Duration(policy.WindowDefault), MaxInWindow: policy.MaxInWindowDefault,
@@ -255,6 +262,8 @@ func (c Config) Validate() error {
 		return errors.New("max_body must be > 0")
 	case c.MaxPoolSize < 1:
 		return errors.New("max_pool_size must be >= 1")
+	case c.ScratchMaxAge <= 0 || c.ScratchMaxBytes < 0:
+		return fmt.Errorf("scratch_max_age must be > 0 and scratch_max_bytes >= 0, got %s and %d", c.ScratchMaxAge, c.ScratchMaxBytes)
 	case c.DurableEnqueue.Replicas < 0 || c.DurableEnqueue.Timeout <= 0:
 		return fmt.Errorf("durable_enqueue: want replicas >= 0 and timeout > 0, got %d and %s", c.DurableEnqueue.Replicas, c.DurableEnqueue.Timeout)
 	case c.SSE.MaxClients < 1 || c.SSE.MaxClientsPerAddress < 1 || c.SSE.MaxLag < 1 || c.SSE.KeepAlive <= 0:
@@ -371,13 +380,29 @@ func (c Config) SupervisorPools() []supervisor.Pool {
 		if p.Backpressure.PauseInterval > 0 {
 			env[health.EnvBackpressurePauseInterval] = p.Backpressure.PauseInterval.String()
 		}
-		if p.ResultsDir != "" {
+		if p.ResultsDir != "" { // queue.Publish
 			env[health.EnvResultsDir] = p.ResultsDir
 		}
 		out[i] = supervisor.Pool{Queue: p.Queue, Workers: p.Workers, Command: p.Command,
 			Concurrency: p.Concurrency, TaskTimeout: time.Duration(p.TaskTimeout), Env: env}
 	}
 	return out
+}
+
+// ScratchRoots are the scratch roots of this host's pools, each with its
+// queues (a pool's VIGIL_SCRATCH_DIR, else queue.ScratchRootDefault), and
+// each queue's longest run (its task timeout and a minute).
+func (c Config) ScratchRoots(def string) (roots map[string][]string, minAge map[string]time.Duration) {
+	roots, minAge = map[string][]string{}, map[string]time.Duration{}
+	for _, p := range c.Pools {
+		root := p.Env[health.EnvScratchDir]
+		if root == "" {
+			root = def
+		}
+		roots[root] = append(roots[root], p.Queue)
+		minAge[p.Queue] = time.Duration(p.TaskTimeout) + time.Minute
+	}
+	return roots, minAge
 }
 
 // HeartbeatConfig converts the heartbeat section.

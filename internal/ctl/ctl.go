@@ -42,6 +42,8 @@ Commands:
   restart <component>     restart a worker (also a failed or held one), e.g. worker:tag:0
   reset <component>       clear a worker's restart counters; it stays stopped (--restart: start it)
   events [topic…]         follow the live events (all, or topic patterns such as worker:*:status)
+  scratch                 this host's kept scratch directories (no server needed); --clean removes
+                          those older than --older-than
 
 Flags (anywhere on the line):
   --server URL   admin server (env VIGIL_SERVER, default http://127.0.0.1:8080)
@@ -50,6 +52,9 @@ Flags (anywhere on the line):
   --restart      reset: start the worker again
   --reason WHY   pause: why (shown beside the pause; who is $USER@hostname)
   --limit N      events: stop after N events (0: follow until Ctrl-C)
+  --dir D        scratch: the scratch root (env VIGIL_SCRATCH_DIR, default $TMPDIR/vigil-scratch)
+  --clean        scratch: remove the directories listed
+  --older-than D scratch: only directories older than D (e.g. 72h); required with --clean
 `
 
 // ErrUsage marks a usage error (exit code 2).
@@ -61,6 +66,10 @@ type options struct {
 	json, restart bool
 	limit         int
 	reason, by    string
+	// scratch
+	dir       string
+	clean     bool
+	olderThan time.Duration
 }
 
 // Run runs `vigil ctl args…` and returns the exit code: 0 done, 1 failed,
@@ -97,6 +106,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if h, err := os.Hostname(); err == nil && o.by != "" {
 		o.by += "@" + h
 	}
+	fs.StringVar(&o.dir, "dir", getenv("VIGIL_SCRATCH_DIR"), "")
+	fs.BoolVar(&o.clean, "clean", false, "")
+	fs.DurationVar(&o.olderThan, "older-than", 0, "")
 	// Flags may come before or after the command and its arguments.
 	var pos []string
 	for rest := args; ; {
@@ -115,6 +127,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 	if len(pos) == 0 {
 		return fmt.Errorf("%w: no command", ErrUsage)
+	}
+	if pos[0] == "scratch" { // local: no server
+		if len(pos) > 1 {
+			return fmt.Errorf("%w: scratch takes no argument", ErrUsage)
+		}
+		return scratch(o, stdout, time.Now())
 	}
 	c, err := newCLI(o, stdout)
 	if err != nil {
