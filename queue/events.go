@@ -69,6 +69,10 @@ type JobEvent struct {
 	// ShortCircuit marks a done task that did not run: every output its
 	// type declares was published by an earlier run.
 	ShortCircuit bool `json:"short_circuit,omitempty"`
+	// ScratchDir and ScratchBytes name the task's scratch directory kept
+	// on this worker's host after a failure (the janitor bounds them).
+	ScratchDir   string `json:"scratch_dir,omitempty"`
+	ScratchBytes int64  `json:"scratch_bytes,omitempty"`
 	// Crashes is how many workers died running the task.
 	Crashes   int    `json:"crashes,omitempty"`
 	Component string `json:"component,omitempty"`

@@ -209,7 +209,9 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 			w.flushAverage() // not busy: no need to wait for the next second
 		}
 	}
-	w.cleanScratch(j, scratch, ok)
+	if kept, size := w.cleanScratch(j, scratch, ok); kept {
+		ev.ScratchDir, ev.ScratchBytes = scratch, size
+	}
 	keys := w.store.Keys()
 	w.current.change(j.id, false, func(current string) {
 		w.write(ctx, j, string(ev.State), func(ctx context.Context, pipe redis.Pipeliner) {

@@ -7,19 +7,21 @@ import (
 )
 
 // cleanScratch removes a task's scratch directory after a success (unless
-// the pool keeps it) and keeps it after anything else, logging its size.
-func (w *worker) cleanScratch(j *job, dir string, ok bool) {
+// the pool keeps it) and keeps it after anything else, logging its size;
+// it returns the size of a directory it kept.
+func (w *worker) cleanScratch(j *job, dir string, ok bool) (kept bool, size int64) {
 	if dir == "" {
-		return
+		return false, 0
 	}
 	if ok && !w.env.KeepScratchOnSuccess {
 		if err := os.RemoveAll(dir); err != nil {
 			w.log.Warn("remove scratch dir", "task", j.id, "dir", dir, "err", err)
 		}
-		return
+		return false, 0
 	}
 	size, files := dirSize(dir)
 	w.log.Info("scratch dir kept", "task", j.id, "dir", dir, "bytes", size, "files", files, "succeeded", ok)
+	return true, size
 }
 
 // dirSize sums the sizes of the regular files under dir.

@@ -340,6 +340,11 @@ func TestScratchDirectories(t *testing.T) {
 			if !e.logs.contains("bytes=1234") {
 				t.Fatalf("kept scratch size not logged:\n%s", e.logs.String())
 			}
+			// The failure's event says where the kept directory is.
+			evs := e.events(queue.JobTopic(e.q, failID))
+			if last := evs[len(evs)-1].job; last.ScratchDir != failDir || last.ScratchBytes != 1234 {
+				t.Errorf("failure event: scratch %q, %d bytes; want %q, 1234", last.ScratchDir, last.ScratchBytes, failDir)
+			}
 		})
 	}
 }
