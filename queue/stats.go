@@ -14,24 +14,30 @@ import (
 const FieldAvgMS = "avg_ms"
 
 // Stats are one queue's statistics (DESIGN.md §6), or the sum of all.
+// A field named after an asynq task state carries asynq's number for that
+// state (Inspector.GetQueueInfo); totals are named as totals.
 type Stats struct {
-	Queue       string   `json:"queue" doc:"Queue name; empty for the aggregate"`
-	Pending     int      `json:"pending"`
-	Running     int      `json:"running"`
-	Scheduled   int      `json:"scheduled"`
-	Retry       int      `json:"retry"`
-	Completed   int      `json:"completed" doc:"Tasks processed successfully (cumulative)"`
-	Failed      int      `json:"failed" doc:"Tasks whose processing failed (cumulative)"`
-	Archived    int      `json:"archived"`
-	Paused      bool     `json:"paused"`
-	PausedBy    string   `json:"paused_by,omitempty"`
-	PausedAt    int64    `json:"paused_at,omitempty"`
-	PausedWho   string   `json:"paused_who,omitempty"`
-	PauseReason string   `json:"pause_reason,omitempty"`
-	PauseScopes []string `json:"pause_scopes,omitempty"`
-	AvgJobMS    float64  `json:"avg_job_ms" doc:"Rolling average job duration in milliseconds"`
-	LiveWorkers int      `json:"live_workers"`
-	ETASeconds  float64  `json:"eta_seconds" doc:"pending × average ÷ live workers; 0 when unknown"`
+	Queue          string   `json:"queue" doc:"Queue name; empty for the aggregate"`
+	Pending        int      `json:"pending"`
+	Running        int      `json:"running"`
+	Scheduled      int      `json:"scheduled"`
+	Retry          int      `json:"retry"`
+	Archived       int      `json:"archived"`
+	Completed      int      `json:"completed"`
+	Aggregating    int      `json:"aggregating"`
+	ProcessedTotal int      `json:"processed_total"`
+	FailedTotal    int      `json:"failed_total"`
+	ProcessedToday int      `json:"processed_today"`
+	FailedToday    int      `json:"failed_today"`
+	Paused         bool     `json:"paused"`
+	PausedBy       string   `json:"paused_by,omitempty"`
+	PausedAt       int64    `json:"paused_at,omitempty"`
+	PausedWho      string   `json:"paused_who,omitempty"`
+	PauseReason    string   `json:"pause_reason,omitempty"`
+	PauseScopes    []string `json:"pause_scopes,omitempty"`
+	AvgJobMS       float64  `json:"avg_job_ms"`
+	LiveWorkers    int      `json:"live_workers"`
+	ETASeconds     float64  `json:"eta_seconds"`
 }
 
 // Stats reads the statistics of queues; live gives each queue's live
@@ -69,8 +75,9 @@ func (c *Control) Stats(ctx context.Context, queues []string, live map[string]in
 			return nil, total, fmt.Errorf("queue %s info: %w", q, err)
 		default:
 			s.Pending, s.Running, s.Scheduled, s.Retry = info.Pending, info.Active, info.Scheduled, info.Retry
-			s.Archived, s.Failed = info.Archived, info.FailedTotal
-			s.Completed = info.ProcessedTotal - info.FailedTotal
+			s.Archived, s.Completed, s.Aggregating = info.Archived, info.Completed, info.Aggregating
+			s.ProcessedTotal, s.FailedTotal = info.ProcessedTotal, info.FailedTotal
+			s.ProcessedToday, s.FailedToday = info.Processed, info.Failed
 		}
 		s.AvgJobMS, _ = strconv.ParseFloat(avgs[i].Val(), 64)
 		s.ETASeconds = eta(s.Pending, s.AvgJobMS, s.LiveWorkers)
@@ -80,15 +87,19 @@ func (c *Control) Stats(ctx context.Context, queues []string, live map[string]in
 		total.Running += s.Running
 		total.Scheduled += s.Scheduled
 		total.Retry += s.Retry
-		total.Completed += s.Completed
-		total.Failed += s.Failed
 		total.Archived += s.Archived
+		total.Completed += s.Completed
+		total.Aggregating += s.Aggregating
+		total.ProcessedTotal += s.ProcessedTotal
+		total.FailedTotal += s.FailedTotal
+		total.ProcessedToday += s.ProcessedToday
+		total.FailedToday += s.FailedToday
 		total.LiveWorkers += s.LiveWorkers
-		weighted += s.AvgJobMS * float64(s.Completed)
+		weighted += s.AvgJobMS * float64(s.ProcessedTotal)
 	}
 	total.Paused = pause.Global
-	if total.Completed > 0 {
-		total.AvgJobMS = weighted / float64(total.Completed)
+	if total.ProcessedTotal > 0 {
+		total.AvgJobMS = weighted / float64(total.ProcessedTotal)
 	}
 	total.ETASeconds = eta(total.Pending, total.AvgJobMS, total.LiveWorkers)
 	return per, total, nil

@@ -59,8 +59,8 @@ func (c *cli) status(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(c.out, "paused: %s\n", paused)
-	fmt.Fprintf(c.out, "jobs:   %d pending, %d running, %d done, %d failed\n",
-		ql.Total.Pending, ql.Total.Running, ql.Total.Completed, ql.Total.Failed)
+	fmt.Fprintf(c.out, "jobs:   %d pending, %d running, %d retry, %d archived, %d completed (kept); totals: %d processed, %d failed attempts\n",
+		ql.Total.Pending, ql.Total.Running, ql.Total.Retry, ql.Total.Archived, ql.Total.Completed, ql.Total.ProcessedTotal, ql.Total.FailedTotal)
 	return nil
 }
 
@@ -102,10 +102,11 @@ func (c *cli) queues(ctx context.Context) error {
 		return c.printJSON(res.Body)
 	}
 	tw := c.table()
-	fmt.Fprintln(tw, "QUEUE\tPAUSED\tPENDING\tRUNNING\tDONE\tFAILED\tARCHIVED\tWORKERS\tAVG JOB\tETA")
+	fmt.Fprintln(tw, "QUEUE\tPAUSED\tPENDING\tRUNNING\tSCHEDULED\tRETRY\tARCHIVED\tCOMPLETED\tAGGREGATING\tPROCESSED_TOTAL\tFAILED_TOTAL\tWORKERS\tAVG JOB\tETA")
 	row := func(name string, s client.QueueStats) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", name, pausedBy(s), s.Pending, s.Running,
-			s.Completed, s.Failed, s.Archived, s.LiveWorkers, ms(s.AvgJobMs), seconds(s.EtaSeconds))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", name, pausedBy(s), s.Pending, s.Running,
+			s.Scheduled, s.Retry, s.Archived, s.Completed, s.Aggregating, s.ProcessedTotal, s.FailedTotal, s.LiveWorkers,
+			ms(s.AvgJobMs), seconds(s.EtaSeconds))
 	}
 	for _, s := range res.JSON200.Queues {
 		row(s.Queue, s)

@@ -223,16 +223,22 @@ func summary(d eventData) string {
 		return s
 	}
 	var qs struct {
-		Queue                                         *string
-		Pending, Running, Completed, Failed, Archived int
-		Paused                                        bool
-		LiveWorkers                                   int `json:"live_workers"`
+		Queue                                       *string
+		Pending, Running, Retry, Archived, Completed int
+		ProcessedTotal                              int    `json:"processed_total"`
+		FailedTotal                                 int    `json:"failed_total"`
+		Paused                                      bool
+		PausedBy                                    string `json:"paused_by"`
+		LiveWorkers                                 int    `json:"live_workers"`
 	}
 	if json.Unmarshal(d.Data, &qs) == nil && qs.Queue != nil && strings.HasPrefix(d.Topic, "queue:") && d.Topic != "queue:jobs" {
-		s := fmt.Sprintf("%d pending, %d running, %d done, %d failed, %d archived, %d workers",
-			qs.Pending, qs.Running, qs.Completed, qs.Failed, qs.Archived, qs.LiveWorkers)
+		s := fmt.Sprintf("%d pending, %d running, %d retry, %d archived, %d completed (kept), %d processed_total, %d failed_total, %d workers",
+			qs.Pending, qs.Running, qs.Retry, qs.Archived, qs.Completed, qs.ProcessedTotal, qs.FailedTotal, qs.LiveWorkers)
 		if qs.Paused {
 			s += ", paused"
+			if qs.PausedBy != "" {
+				s += " by " + qs.PausedBy
+			}
 		}
 		return s
 	}

@@ -111,11 +111,11 @@ func TestEventsLive(t *testing.T) {
 
 func TestQueueEventSummary(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, "id: 1-0\nevent: queue_update\ndata: {\"topic\":\"queue:tag:status\",\"type\":\"queue_update\",\"timestamp\":1,\"data\":{\"queue\":\"tag\",\"pending\":15,\"running\":2,\"completed\":32,\"paused\":true,\"live_workers\":2}}\n\n")
+		fmt.Fprint(w, "id: 1-0\nevent: queue_update\ndata: {\"topic\":\"queue:tag:status\",\"type\":\"queue_update\",\"timestamp\":1,\"data\":{\"queue\":\"tag\",\"pending\":15,\"running\":2,\"completed\":32,\"processed_total\":40,\"failed_total\":3,\"paused\":true,\"paused_by\":\"asynq\",\"live_workers\":2}}\n\n")
 	}))
 	defer srv.Close()
 	code, out, errs := runCtl(t, map[string]string{ctl.EnvServer: srv.URL}, "events", "--limit", "1")
-	if code != 0 || !strings.Contains(out, "15 pending, 2 running, 32 done, 0 failed, 0 archived, 2 workers, paused") {
+	if code != 0 || !strings.Contains(out, "15 pending, 2 running, 0 retry, 0 archived, 32 completed (kept), 40 processed_total, 3 failed_total, 2 workers, paused by asynq") {
 		t.Fatalf("exit %d %s\n%s", code, errs, out)
 	}
 }

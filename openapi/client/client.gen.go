@@ -922,21 +922,22 @@ type JobActionAction string
 
 // JobEvent defines model for JobEvent.
 type JobEvent struct {
-	Code       *string  `json:"code,omitempty"`
-	Component  *string  `json:"component,omitempty"`
-	Crashes    *int64   `json:"crashes,omitempty"`
-	DurationMs *int64   `json:"duration_ms,omitempty"`
-	Error      *string  `json:"error,omitempty"`
-	Final      *bool    `json:"final,omitempty"`
-	Id         string   `json:"id"`
-	MaxRetry   int64    `json:"max_retry"`
-	Pid        *int64   `json:"pid,omitempty"`
-	ProcessAt  *int64   `json:"process_at,omitempty"`
-	Progress   *float64 `json:"progress,omitempty"`
-	Queue      string   `json:"queue"`
-	Retried    int64    `json:"retried"`
-	State      string   `json:"state"`
-	TaskType   *string  `json:"task_type,omitempty"`
+	Code         *string  `json:"code,omitempty"`
+	Component    *string  `json:"component,omitempty"`
+	Crashes      *int64   `json:"crashes,omitempty"`
+	DurationMs   *int64   `json:"duration_ms,omitempty"`
+	Error        *string  `json:"error,omitempty"`
+	Final        *bool    `json:"final,omitempty"`
+	Id           string   `json:"id"`
+	MaxRetry     int64    `json:"max_retry"`
+	Pid          *int64   `json:"pid,omitempty"`
+	ProcessAt    *int64   `json:"process_at,omitempty"`
+	Progress     *float64 `json:"progress,omitempty"`
+	Queue        string   `json:"queue"`
+	Retried      int64    `json:"retried"`
+	ShortCircuit *bool    `json:"short_circuit,omitempty"`
+	State        string   `json:"state"`
+	TaskType     *string  `json:"task_type,omitempty"`
 }
 
 // JobList defines model for JobList.
@@ -1061,20 +1062,26 @@ type QueueList struct {
 
 // QueueStats defines model for QueueStats.
 type QueueStats struct {
-	// Archived Tasks archived (retries exhausted, toxic, cancelled)
+	// Aggregating Tasks waiting in groups for their aggregator (asynq's aggregating)
+	Aggregating int64 `json:"aggregating"`
+
+	// Archived Tasks archived: retries exhausted, toxic, non-retryable (asynq's archived)
 	Archived int64 `json:"archived"`
 
 	// AvgJobMs Rolling average job duration in milliseconds
 	AvgJobMs float64 `json:"avg_job_ms"`
 
-	// Completed Tasks processed successfully (cumulative)
+	// Completed Completed tasks asynq still keeps, each for its Retention (asynq's completed); not a total: see processed_total
 	Completed int64 `json:"completed"`
 
 	// EtaSeconds pending × average ÷ live workers; 0 when unknown
 	EtaSeconds float64 `json:"eta_seconds"`
 
-	// Failed Tasks whose processing failed (cumulative)
-	Failed int64 `json:"failed"`
+	// FailedToday Attempts that failed today, UTC (asynq's daily counter)
+	FailedToday int64 `json:"failed_today"`
+
+	// FailedTotal Attempts that failed since the queue began, retried ones included (asynq's failed counter, all time)
+	FailedTotal int64 `json:"failed_total"`
 
 	// LiveWorkers Healthy workers consuming the queue
 	LiveWorkers int64 `json:"live_workers"`
@@ -1097,21 +1104,27 @@ type QueueStats struct {
 	// PausedWho Who asked for Vigil's pause (the request's by parameter)
 	PausedWho *string `json:"paused_who,omitempty"`
 
-	// Pending Tasks waiting to run
+	// Pending Tasks waiting to run (asynq's pending)
 	Pending int64 `json:"pending"`
+
+	// ProcessedToday Attempts processed today, UTC (asynq's daily counter)
+	ProcessedToday int64 `json:"processed_today"`
+
+	// ProcessedTotal Attempts processed since the queue began, successful or not (asynq's processed counter, all time)
+	ProcessedTotal int64 `json:"processed_total"`
 
 	// Queue Queue name; empty for the total
 	//
 	// Example: tag
 	Queue string `json:"queue"`
 
-	// Retry Tasks waiting for a retry
+	// Retry Tasks waiting for a retry (asynq's retry)
 	Retry int64 `json:"retry"`
 
-	// Running Tasks running now
+	// Running Tasks running now (asynq's active)
 	Running int64 `json:"running"`
 
-	// Scheduled Tasks scheduled for later
+	// Scheduled Tasks scheduled for later (asynq's scheduled)
 	Scheduled int64 `json:"scheduled"`
 }
 
@@ -1406,27 +1419,23 @@ type SnapshotEventType string
 
 // Stats defines model for Stats.
 type Stats struct {
-	Archived int64 `json:"archived"`
-
-	// AvgJobMs Rolling average job duration in milliseconds
-	AvgJobMs float64 `json:"avg_job_ms"`
-
-	// Completed Tasks processed successfully (cumulative)
-	Completed int64 `json:"completed"`
-
-	// EtaSeconds pending × average ÷ live workers; 0 when unknown
-	EtaSeconds float64 `json:"eta_seconds"`
-
-	// Failed Tasks whose processing failed (cumulative)
-	Failed      int64     `json:"failed"`
-	LiveWorkers int64     `json:"live_workers"`
-	PauseReason *string   `json:"pause_reason,omitempty"`
-	PauseScopes *[]string `json:"pause_scopes,omitempty"`
-	Paused      bool      `json:"paused"`
-	PausedAt    *int64    `json:"paused_at,omitempty"`
-	PausedBy    *string   `json:"paused_by,omitempty"`
-	PausedWho   *string   `json:"paused_who,omitempty"`
-	Pending     int64     `json:"pending"`
+	Aggregating    int64     `json:"aggregating"`
+	Archived       int64     `json:"archived"`
+	AvgJobMs       float64   `json:"avg_job_ms"`
+	Completed      int64     `json:"completed"`
+	EtaSeconds     float64   `json:"eta_seconds"`
+	FailedToday    int64     `json:"failed_today"`
+	FailedTotal    int64     `json:"failed_total"`
+	LiveWorkers    int64     `json:"live_workers"`
+	PauseReason    *string   `json:"pause_reason,omitempty"`
+	PauseScopes    *[]string `json:"pause_scopes,omitempty"`
+	Paused         bool      `json:"paused"`
+	PausedAt       *int64    `json:"paused_at,omitempty"`
+	PausedBy       *string   `json:"paused_by,omitempty"`
+	PausedWho      *string   `json:"paused_who,omitempty"`
+	Pending        int64     `json:"pending"`
+	ProcessedToday int64     `json:"processed_today"`
+	ProcessedTotal int64     `json:"processed_total"`
 
 	// Queue Queue name; empty for the aggregate
 	Queue     string `json:"queue"`
@@ -1863,7 +1872,7 @@ type ClientInterface interface {
 
 	// ListQueues List queues
 	//
-	// Statistics of every configured queue and their total: pending, running, completed, failed, archived, paused, average job time and ETA.
+	// Statistics of every configured queue and their total: asynq's count of each task state (pending, running = active, scheduled, retry, archived, completed = kept under Retention, aggregating), asynq's totals (processed_total, failed_total: all time; processed_today, failed_today), paused and by whom, average job time and ETA.
 	//
 	// Corresponds with GET /api/v1/queues (the `ListQueues` operationId).
 	ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2343,7 +2352,7 @@ func (c *Client) RestartPool(ctx context.Context, queue string, reqEditors ...Re
 
 // ListQueues List queues
 //
-// Statistics of every configured queue and their total: pending, running, completed, failed, archived, paused, average job time and ETA.
+// Statistics of every configured queue and their total: asynq's count of each task state (pending, running = active, scheduled, retry, archived, completed = kept under Retention, aggregating), asynq's totals (processed_total, failed_total: all time; processed_today, failed_today), paused and by whom, average job time and ETA.
 //
 // Corresponds with GET /api/v1/queues (the `ListQueues` operationId).
 func (c *Client) ListQueues(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4619,7 +4628,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListQueuesWithResponse List queues
 	//
-	// Statistics of every configured queue and their total: pending, running, completed, failed, archived, paused, average job time and ETA.
+	// Statistics of every configured queue and their total: asynq's count of each task state (pending, running = active, scheduled, retry, archived, completed = kept under Retention, aggregating), asynq's totals (processed_total, failed_total: all time; processed_today, failed_today), paused and by whom, average job time and ETA.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8351,7 +8360,7 @@ func (c *ClientWithResponses) RestartPoolWithResponse(ctx context.Context, queue
 
 // ListQueuesWithResponse List queues
 //
-// Statistics of every configured queue and their total: pending, running, completed, failed, archived, paused, average job time and ETA.
+// Statistics of every configured queue and their total: asynq's count of each task state (pending, running = active, scheduled, retry, archived, completed = kept under Retention, aggregating), asynq's totals (processed_total, failed_total: all time; processed_today, failed_today), paused and by whom, average job time and ETA.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -17,7 +17,7 @@ export const JOB_STATES = [
   { state: 'scheduled', count: 'scheduled' },
   { state: 'retry', count: 'retry' },
   { state: 'archived', count: 'archived' },
-  { state: 'completed', count: null },
+  { state: 'completed', count: 'completed' },
   // { state: 'aggregating', count: 'aggregating' }, once the API lists them
 ];
 
@@ -173,8 +173,10 @@ export const QUEUE_COLUMNS = [
   { label: 'scheduled', cls: 'num', get: (s) => s.scheduled },
   { label: 'retry', cls: 'num', get: (s) => s.retry },
   { label: 'archived', cls: 'num', get: (s) => s.archived },
-  { label: 'completed', cls: 'num', get: (s) => s.completed, title: 'processed successfully (total)' },
-  { label: 'failed', cls: 'num', get: (s) => s.failed, title: 'failed attempts (total)' },
+  { label: 'completed', cls: 'num', get: (s) => s.completed, title: "completed jobs asynq still keeps (each for its retention); not a total" },
+  { label: 'aggregating', cls: 'num', get: (s) => s.aggregating, title: 'jobs waiting in groups for their aggregator' },
+  { label: 'processed total', cls: 'num', get: (s) => s.processed_total, title: 'attempts processed since the queue began, successful or not' },
+  { label: 'failed total', cls: 'num', get: (s) => s.failed_total, title: 'attempts that failed since the queue began, retried ones included' },
   { label: 'avg job', cls: 'num', get: (s) => (s.avg_job_ms ? (s.avg_job_ms / 1000).toFixed(1) + ' s' : '') },
   { label: 'ETA', cls: 'num', get: (s) => dur(s.eta_seconds) },
 ];
