@@ -223,13 +223,13 @@ func summary(d eventData) string {
 		return s
 	}
 	var qs struct {
-		Queue                                       *string
+		Queue                                        *string
 		Pending, Running, Retry, Archived, Completed int
-		ProcessedTotal                              int    `json:"processed_total"`
-		FailedTotal                                 int    `json:"failed_total"`
-		Paused                                      bool
-		PausedBy                                    string `json:"paused_by"`
-		LiveWorkers                                 int    `json:"live_workers"`
+		ProcessedTotal                               int `json:"processed_total"`
+		FailedTotal                                  int `json:"failed_total"`
+		Paused                                       bool
+		PausedBy                                     string `json:"paused_by"`
+		LiveWorkers                                  int    `json:"live_workers"`
 	}
 	if json.Unmarshal(d.Data, &qs) == nil && qs.Queue != nil && strings.HasPrefix(d.Topic, "queue:") && d.Topic != "queue:jobs" {
 		s := fmt.Sprintf("%d pending, %d running, %d retry, %d archived, %d completed (kept), %d processed_total, %d failed_total, %d workers",
