@@ -935,6 +935,8 @@ type JobEvent struct {
 	Progress     *float64 `json:"progress,omitempty"`
 	Queue        string   `json:"queue"`
 	Retried      int64    `json:"retried"`
+	ScratchBytes *int64   `json:"scratch_bytes,omitempty"`
+	ScratchDir   *string  `json:"scratch_dir,omitempty"`
 	ShortCircuit *bool    `json:"short_circuit,omitempty"`
 	State        string   `json:"state"`
 	TaskType     *string  `json:"task_type,omitempty"`
