@@ -331,6 +331,16 @@ func ownedProcessAlive(pid int, id health.ComponentID) bool {
 	return bytes.Contains(append(env, 0), want)
 }
 
+// processStopped reports whether pid is stopped (SIGSTOP, or traced).
+func processStopped(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i > 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't')
+}
+
 // logTail keeps the last lines each worker printed, at most max bytes of
 // them per worker.
 type logTail struct {

@@ -1,6 +1,10 @@
 package supervisor
 
 import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
@@ -32,12 +36,19 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
 			_ = s.spawn(t, health.ActorMonitor, false)
 			return
 		}
-		s.afterOld(t, rec.PID)
+		s.afterOld(t, rec.PID, false)
 	case health.StatusStarting, health.StatusHealthy, health.StatusStopping:
 		if !ours {
 			// Its host is gone (its lease expired): start it here. Its
 			// tasks come back through asynq's lease recovery.
 			s.logw(w).Info("taking over slot from a lost host", "from", rec.Host)
+			if s.foreignWorkerAlive(rec) {
+				// Its process still runs on this machine: stop it first.
+				w.rec.Status, w.rec.Reason = health.StatusCrashed, "host "+rec.Host+" lost: stopping its process"
+				_ = s.write(w, health.Write{Actor: health.ActorTakeover, NoCheck: true})
+				s.afterOld(t, rec.PID, true)
+				return
+			}
 			_ = s.spawn(t, health.ActorTakeover, false)
 			return
 		}
@@ -47,7 +58,7 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
 		}
 		w.rec.Status, w.rec.Reason = to, "supervisor restart"
 		_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: true})
-		s.afterOld(t, rec.PID)
+		s.afterOld(t, rec.PID, false)
 	}
 }
 
@@ -55,8 +66,20 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
 // is gone (its parent-death signal ends it; it gets VIGIL_SHUTDOWN_TIMEOUT
 // to finish, plus a second, then its group is killed) and its tasks
 // requeued. Until then it waits (waitingOld): starting it sooner would run
-// the slot twice (invariant 1 of issue 12).
-func (s *Supervisor) afterOld(t step, pid int) {
+// the slot twice (invariant 1 of issue 12). term: the process is another
+// host's (see foreignWorkerAlive): its group gets SIGTERM now, as no
+// parent-death signal may ever reach it.
+//
+// A worker frozen (SIGSTOP) when its supervisor died keeps that signal
+// pending. Adopted by init, its process group is orphaned and the kernel
+// sends it SIGHUP and SIGCONT: it dies. Adopted by a subreaper of its own
+// session (a supervisor embedded in a bigger program, the fault explorer)
+// it is not, and nothing it runs can help: only SIGKILL ends a stopped
+// process. The host that takes its slot, when on the same machine, sends
+// it SIGKILL at once (fault explorer E16).
+// On another machine nothing reaches it; it does nothing while frozen
+// (no job taken or finished) and dies once thawed.
+func (s *Supervisor) afterOld(t step, pid int, term bool) {
 	w := t.w
 	if !ownedProcessAlive(pid, w.id) {
 		s.recoverTasks(w, pid, "supervisor_restart")
@@ -65,7 +88,19 @@ func (s *Supervisor) afterOld(t step, pid int) {
 	}
 	t.to(stWaitingOld)
 	w.oldPID = pid
-	s.logw(w).Info("waiting for the previous supervisor's worker to exit", "pid", pid)
+	if term {
+		// A stopped process acts on no signal but SIGKILL, and does no
+		// work: killed at once. One that runs gets SIGTERM and the
+		// deadline below.
+		sig := syscall.SIGTERM
+		if processStopped(pid) {
+			sig = syscall.SIGKILL
+		}
+		if err := syscall.Kill(-pid, sig); err != nil && err != syscall.ESRCH {
+			s.logw(w).Error("stop the lost host's process", "pid", pid, "err", err)
+		}
+	}
+	s.logw(w).Info("waiting for the previous supervisor's worker to exit", "pid", pid, "lost_host", term)
 	deadline := s.cfg.StopTimeout // = VIGIL_SHUTDOWN_TIMEOUT + 1s
 	id := w.id
 	s.wg.Add(1)
@@ -87,6 +122,25 @@ func (s *Supervisor) afterOld(t step, pid int) {
 		case <-s.dead:
 		}
 	}()
+}
+
+// foreignWorkerAlive reports whether rec's process, of another host, runs
+// on this machine: its pid is alive here, and its environment names the
+// slot, this cluster's key prefix and, when the record has one, the
+// record's instance (a pid reused by anything else is not taken for it).
+func (s *Supervisor) foreignWorkerAlive(rec health.Component) bool {
+	if rec.PID <= 0 || !ownedProcessAlive(rec.PID, rec.ID) {
+		return false
+	}
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/environ")
+	if err != nil {
+		return false
+	}
+	vars := "\x00" + string(env)
+	if !strings.Contains(vars, "\x00"+health.EnvPrefix+"="+s.store.Keys().Prefix+"\x00") {
+		return false
+	}
+	return rec.Instance == "" || strings.Contains(vars, "\x00"+health.EnvSpawn+"="+rec.Instance+".")
 }
 
 func (s *Supervisor) onGone(m goneMsg) {

@@ -1,0 +1,91 @@
+package supervisor_test
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testredis"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+// state is pid's state letter in /proc (0: no such process).
+func state(pid int) byte {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) {
+		return stat[i+2]
+	}
+	return 0
+}
+
+// gone reports whether pid has exited (no such process, or a zombie).
+func gone(pid int) bool { st := state(pid); return st == 0 || st == 'Z' }
+
+// TestFrozenOrphanDiesWhenAnotherHostTakesItsSlot: a worker is frozen
+// (SIGSTOP), then its supervisor SIGKILLed: the parent-death SIGTERM stays
+// pending on a stopped process. Adopted by init, its process group would be
+// orphaned and the kernel would send it SIGHUP and SIGCONT; adopted by a
+// subreaper of the same session (a supervisor, the fault explorer) it is
+// not, and it would live forever. Another host on
+// the same machine takes the slot over once the lease expired: it stops
+// that process (SIGKILL ends a stopped one) and starts the slot only once
+// it is gone, never two processes at once (fault explorer E16, seed
+// 20208).
+func TestFrozenOrphanDiesWhenAnotherHostTakesItsSlot(t *testing.T) {
+	t.Parallel()
+	env := testredis.New(t)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	id := health.ComponentID{Queue: "q"}
+	c := startHostProcess(t, env, "c", 1, clusterLease)
+	old := waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
+	// Host a runs (in this process: a subreaper, in the same session as
+	// host c's workers, as the explorer is) before c dies.
+	a := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
+		Host: "a", Lease: clusterLease, StopTimeout: time.Second,
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+	a.start()
+	if err := syscall.Kill(old, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(old, syscall.SIGKILL) })
+	for deadline := time.Now().Add(waitTimeout); state(old) != 'T'; {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %d not stopped by SIGSTOP (state %q)", old, state(old))
+		}
+		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
+	}
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Wait()
+	if gone(old) {
+		t.Fatalf("the frozen worker %d died with its supervisor: the test tests nothing", old)
+	}
+
+	ev := newEventReader(t, store)
+	now := waitFor(t, store, id, func(c health.Component) bool {
+		return c.Status == health.StatusHealthy && c.Host == "a"
+	})
+	if !gone(old) {
+		t.Errorf("slot started here (pid %d) while the frozen orphan %d lives", now.PID, old)
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for !gone(old) && time.Now().Before(deadline) {
+		ev.next(time.Now().Add(100 * time.Millisecond)) // polling another process's /proc entry
+	}
+	if !gone(old) {
+		t.Fatalf("the frozen orphan %d of host c still lives after host a took its slot", old)
+	}
+	if now.Restarts.LifetimeRestarts != 0 {
+		t.Errorf("takeover counted: %s", describe(now))
+	}
+}
