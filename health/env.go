@@ -21,6 +21,9 @@ const (
 	EnvHeartbeatTTL      = "VIGIL_HEARTBEAT_TTL"
 	EnvShutdownTimeout   = "VIGIL_SHUTDOWN_TIMEOUT"
 	EnvJobCrashRetries   = "VIGIL_JOB_CRASH_RETRIES"
+	// EnvMaxConsecutiveFailures makes a worker whose last N tasks all
+	// failed exit non-zero (0 or absent: never).
+	EnvMaxConsecutiveFailures = "VIGIL_MAX_CONSECUTIVE_FAILURES"
 	// EnvSpawn is unique to one start of one worker; its descendants
 	// inherit it, which is how the supervisor finds those that left the
 	// worker's process group.
@@ -53,6 +56,9 @@ type WorkerEnv struct {
 	HeartbeatTTL      time.Duration
 	ShutdownTimeout   time.Duration
 	JobCrashRetries   int
+	// MaxConsecutiveFailures: exit once this many tasks in a row failed
+	// (0: never).
+	MaxConsecutiveFailures int
 
 	KeepScratchOnSuccess bool
 	ScratchDir           string // "" = a vigil-scratch folder in the temp dir
@@ -107,6 +113,7 @@ func LoadWorkerEnv() (WorkerEnv, error) {
 	}{
 		{EnvConcurrency, &e.Concurrency, 1},
 		{EnvJobCrashRetries, &e.JobCrashRetries, 2},
+		{EnvMaxConsecutiveFailures, &e.MaxConsecutiveFailures, 0},
 	}
 	for _, n := range ints {
 		*n.dst = n.def

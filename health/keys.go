@@ -139,6 +139,9 @@ func (k Keys) JobCrashes(q, t string) string { return k.JobPrefix(q) + t + JobCr
 // JobProgress holds the last progress (percent) reported by task t of q.
 func (k Keys) JobProgress(q, t string) string { return k.JobPrefix(q) + t + JobProgressSuffix }
 
+// JobStage holds the last stage (milestone) reported by task t of q.
+func (k Keys) JobStage(q, t string) string { return k.JobPrefix(q) + t + JobStageSuffix }
+
 // JobPrefix is what every per-task key of queue q starts with: a key is
 // JobPrefix(q) + task id + suffix. Scripts that find task ids inside Redis
 // build the keys from these parts.
@@ -148,6 +151,7 @@ func (k Keys) JobPrefix(q string) string { return k.Prefix + "job:{" + q + "}:" 
 const (
 	JobCrashesSuffix  = ":crashes"
 	JobProgressSuffix = ":progress"
+	JobStageSuffix    = ":stage"
 )
 
 // Pause is the hash of what Vigil knows about queue q's pause (who, when,

@@ -28,6 +28,11 @@ func NonRetryable(err error) error {
 // handler run by RunWorker.
 var ErrNotInTask = errors.New("not inside a task run by queue.RunWorker")
 
+// ErrTooManyFailures is what RunWorker returns, after a graceful shutdown,
+// when Env.MaxConsecutiveFailures tasks in a row failed: the caller exits
+// non-zero, and the supervisor starts a fresh process (a counted crash).
+var ErrTooManyFailures = errors.New("too many consecutive task failures")
+
 // Errors of Enqueue; nothing is enqueued when one is returned.
 var (
 	ErrPayloadTooLarge = errors.New("payload too large")

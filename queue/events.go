@@ -12,15 +12,18 @@ import (
 
 // JobState is the state a job event announces (DESIGN.md §6). A job's
 // events come in the order created → processing → progress* → done |
-// error; a recovered job has requeued:stale before its next processing,
+// error (stage events, named milestones a handler reports, among the
+// progress ones); a recovered job has requeued:stale before its next processing,
 // and a job cut short by a worker's shutdown has aborted:shutdown.
 type JobState string
 
 // Job states.
 const (
-	StateCreated       JobState = "created"
-	StateProcessing    JobState = "processing"
-	StateProgress      JobState = "progress"
+	StateCreated    JobState = "created"
+	StateProcessing JobState = "processing"
+	StateProgress   JobState = "progress"
+	// StateStage: the handler reached a named milestone (Stage).
+	StateStage         JobState = "stage"
 	StateDone          JobState = "done"
 	StateError         JobState = "error"
 	StateRequeuedStale JobState = "requeued:stale"
@@ -59,6 +62,8 @@ type JobEvent struct {
 	MaxRetry int `json:"max_retry"`
 	// Progress is set on progress events (percent, 0–100).
 	Progress *float64 `json:"progress,omitempty"`
+	// Stage is set on stage events: the milestone's name.
+	Stage string `json:"stage,omitempty"`
 	// Error and Code describe a failure; Final says no attempt follows
 	// (the task is archived, or dropped when revoked).
 	Error string `json:"error,omitempty"`

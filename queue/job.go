@@ -89,6 +89,52 @@ func (w *worker) reportProgress(_ context.Context, j *job, pct float64, now time
 	return nil
 }
 
+// MaxStage bounds a stage's name (bytes).
+const MaxStage = 64
+
+// Stage reports that the running task reached a named milestone, e.g.
+// "source:ready" or "uploaded": a stage event, in order with the task's
+// other events (created → processing → stages and progress → done |
+// error), and the task's last stage, kept as its last progress is. A name
+// is 1 to MaxStage bytes of a-z, 0-9 and ":._-". It returns ErrNotInTask
+// outside a task run by RunWorker.
+func Stage(ctx context.Context, name string) error {
+	j := jobFrom(ctx)
+	if j == nil {
+		return ErrNotInTask
+	}
+	if !validStage(name) {
+		return fmt.Errorf("stage %q: want 1 to %d bytes of a-z, 0-9 and \":._-\"", name, MaxStage)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.finished {
+		return nil // a handler that outlived its task
+	}
+	now := j.w.clock.Now()
+	key := j.w.store.Keys().JobStage(j.queue, j.id)
+	ev := j.w.event(j, StateStage)
+	ev.Stage = name
+	j.w.batch.add(writeReq{what: "stage", task: j.id, fill: func(ctx context.Context, pipe redis.Pipeliner) {
+		pipe.Set(ctx, key, name, JobKeyTTL)
+		jobEvents(ctx, j.w.store, pipe, now, ev)
+	}})
+	return nil
+}
+
+func validStage(s string) bool {
+	if s == "" || len(s) > MaxStage {
+		return false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == ':' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // LastProgress returns the last progress the running task offered, and
 // whether it offered any.
 func LastProgress(ctx context.Context) (float64, bool) {
@@ -163,4 +209,17 @@ func ReadProgress(ctx context.Context, store *health.Store, q, id string) (float
 		return 0, false, fmt.Errorf("progress of %s/%s: %q is not a number", q, id, v)
 	}
 	return pct, true, nil
+}
+
+// ReadStage returns the last stage task id of queue q reported (Stage),
+// and whether it reported one (in the last JobKeyTTL).
+func ReadStage(ctx context.Context, store *health.Store, q, id string) (string, bool, error) {
+	v, err := store.Client().Get(ctx, store.Keys().JobStage(q, id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read stage of %s/%s: %w", q, id, err)
+	}
+	return v, true, nil
 }

@@ -190,6 +190,7 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 		w.log.Warn("task aborted by shutdown: requeued", "task", j.id, "type", j.typ, "ran", dur)
 	case err == nil:
 		w.metrics.JobsDone.Add(1)
+		w.failuresInRow.Store(0)
 	default:
 		ret = classify(j, err)
 		ev.State, ev.Error = StateError, err.Error()
@@ -200,6 +201,13 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 		ev.Final = ev.Code != ""
 		w.metrics.JobsFailed.Add(1)
 		w.metrics.countFailure(ev.Code)
+		// A handler's failure (not a missing handler: a fresh process
+		// would not have one either) counts toward max_consecutive_failures.
+		if ev.Code != CodeNoHandler {
+			if n := w.failuresInRow.Add(1); w.env.MaxConsecutiveFailures > 0 && n >= int64(w.env.MaxConsecutiveFailures) {
+				w.failingOnce.Do(func() { close(w.failing) })
+			}
+		}
 		w.log.Warn("task failed", "task", j.id, "type", j.typ, "retried", j.retried, "max_retry", j.maxRetry,
 			"code", ev.Code, "err", err)
 	}

@@ -99,7 +99,12 @@ type worker struct {
 	current     currentJobs
 
 	shuttingDown atomic.Bool
-	inflight     sync.WaitGroup // middleware runs
+	// failuresInRow counts the tasks that failed since the last success;
+	// failing closes at Env.MaxConsecutiveFailures (the worker exits).
+	failuresInRow atomic.Int64
+	failing       chan struct{}
+	failingOnce   sync.Once
+	inflight      sync.WaitGroup // middleware runs
 }
 
 func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, error) {
@@ -127,6 +132,7 @@ func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, er
 	}
 	w := &worker{env: env, id: env.Component, q: env.Component.Queue, pid: cfg.PID, clock: cfg.Clock,
 		log: cfg.Logger, metrics: cfg.Metrics, handlers: handlers, scratchRoot: env.ScratchDir}
+	w.failing = make(chan struct{})
 	if w.pid == 0 {
 		w.pid = os.Getpid()
 	}
@@ -277,6 +283,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	case <-ctx.Done():
 	case runErr = <-beatErr:
 		w.log.Error("stopping: this process is stale", "err", runErr)
+	case <-w.failing:
+		runErr = fmt.Errorf("%w: the last %d tasks all failed (max_consecutive_failures)", ErrTooManyFailures, w.env.MaxConsecutiveFailures)
+		w.log.Error("stopping: exiting so that the supervisor starts a fresh process (counted as a crash)", "err", runErr)
 	}
 	w.shuttingDown.Store(true)
 	w.log.Info("worker stopping", "shutdown_timeout", w.env.ShutdownTimeout)

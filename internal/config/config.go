@@ -155,6 +155,9 @@ type Pool struct {
 	// ResultsDir is where the pool's workers publish outputs
 	// (queue.Publish; "" = a vigil-results folder in the temp dir).
 	ResultsDir string `yaml:"results_dir"`
+	// MaxConsecutiveFailures makes a worker whose last N tasks all failed
+	// exit (a counted crash, a fresh process); 0: never.
+	MaxConsecutiveFailures int `yaml:"max_consecutive_failures"`
 }
 
 // Backpressure configures a pool's host-local backpressure (0 = off).
@@ -309,6 +312,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s.task_timeout must be > 0", f)
 		case p.Backpressure.HighWatermark < 0 || p.Backpressure.LoadThreshold < 0 || p.Backpressure.PauseInterval <= 0:
 			return fmt.Errorf("%s.backpressure: values must be >= 0 and pause_interval > 0", f)
+		case p.MaxConsecutiveFailures < 0:
+			return fmt.Errorf("%s.max_consecutive_failures must be >= 0", f)
 		}
 		seen[p.Queue] = true
 	}
@@ -379,6 +384,9 @@ func (c Config) SupervisorPools() []supervisor.Pool {
 		env[health.EnvBackpressureLoadThreshold] = strconv.FormatFloat(p.Backpressure.LoadThreshold, 'g', -1, 64)
 		if p.Backpressure.PauseInterval > 0 {
 			env[health.EnvBackpressurePauseInterval] = p.Backpressure.PauseInterval.String()
+		}
+		if p.MaxConsecutiveFailures > 0 {
+			env[health.EnvMaxConsecutiveFailures] = strconv.Itoa(p.MaxConsecutiveFailures)
 		}
 		if p.ResultsDir != "" { // queue.Publish
 			env[health.EnvResultsDir] = p.ResultsDir
