@@ -383,24 +383,7 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // writeSynced writes data to path through a synced temporary file in dir
 // and a rename.
 func writeSynced(dir, path string, data []byte) error {
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return err
+	return replaceSynced(dir, path, func(f *os.File) error { _, err := f.Write(data); return err })
 }
 
 // copySynced copies src to path through a synced temporary file in dir and
@@ -411,11 +394,17 @@ func copySynced(src, dir, path string) error {
 		return err
 	}
 	defer in.Close()
+	return replaceSynced(dir, path, func(f *os.File) error { _, err := io.Copy(f, in); return err })
+}
+
+// replaceSynced fills a temporary file in dir, syncs it and renames it to
+// path: path holds the old content or the new, whole.
+func replaceSynced(dir, path string, fill func(*os.File) error) error {
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, in)
+	err = fill(f)
 	if err == nil {
 		err = f.Sync()
 	}

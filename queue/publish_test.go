@@ -20,19 +20,27 @@ func outputBytes(n int) []byte {
 	return b
 }
 
+// runPublish runs one task of testjobworker's type typ (n bytes) on a
+// supervised worker until it is done.
+func runPublish(t *testing.T, typ string, n int) (e *qenv, s *supervised, results, id string) {
+	t.Helper()
+	e = newQEnv(t)
+	results = t.TempDir()
+	s = e.supervise(pool{workers: 1, resultsDir: results})
+	w := e.watch()
+	s.waitHealthy(w)
+	id = e.enqueue(e.client(), typ, strconv.Itoa(n))
+	w.untilJob(id, queue.StateDone)
+	return e, s, results, id
+}
+
 // A worker dies after publishing the task's declared output, before its
 // outcome is written: the task comes back at once, and its next run is
 // done without running the handler again (short_circuit), the output
 // whole at its key.
 func TestDeclaredOutputShortCircuitsTheRetry(t *testing.T) {
-	e := newQEnv(t)
-	results := t.TempDir()
-	s := e.supervise(pool{workers: 1, resultsDir: results})
-	w := e.watch()
-	s.waitHealthy(w)
 	const n = 3 << 20
-	id := e.enqueue(e.client(), "publish", strconv.Itoa(n))
-	w.untilJob(id, queue.StateDone)
+	e, s, results, id := runPublish(t, "publish", n)
 	if runs := s.counts("runs")[id]; runs != 1 {
 		t.Errorf("the handler ran %d times, want once", runs)
 	}
@@ -53,14 +61,8 @@ func TestDeclaredOutputShortCircuitsTheRetry(t *testing.T) {
 // A worker SIGKILLed halfway through writing an output leaves nothing at
 // the final key; the task's next run writes it whole and completes.
 func TestKillDuringPublishLeavesNoPartialOutput(t *testing.T) {
-	e := newQEnv(t)
-	results := t.TempDir()
-	s := e.supervise(pool{workers: 1, resultsDir: results})
-	w := e.watch()
-	s.waitHealthy(w)
 	const n = 3 << 20
-	id := e.enqueue(e.client(), "publish-kill", strconv.Itoa(n))
-	w.untilJob(id, queue.StateDone)
+	_, s, results, id := runPublish(t, "publish-kill", n)
 	if runs, done := s.counts("runs")[id], s.counts("completions")[id]; runs != 2 || done != 1 {
 		t.Errorf("runs %d, completions %d; want 2 and 1", runs, done)
 	}
