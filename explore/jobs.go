@@ -219,10 +219,6 @@ type JobStats struct {
 	// worker crash injected while it was in flight, before the handler's
 	// first ledger write.
 	ToxicUnseen int
-	// ShutdownOverlaps: a task dequeued again while the handler of a worker
-	// shutting down was still inside it (asynq requeues at its shutdown
-	// timeout, 0 s here, without waiting for the handler).
-	ShutdownOverlaps int
 }
 
 // outcomeUnwritten reports whether j's last handler run ended (the ledger
@@ -299,15 +295,9 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 		return st, err
 	}
 	for _, msg := range v.violations {
-		// "<task> started in <pid> while <pid> runs it": an owner that was
-		// shutting down (it then exited on its own) had its task requeued by
-		// asynq while its handler still ran — with stop_timeout at its floor
-		// a worker gets no time to finish (finding E8). Counted, not failed.
-		f := strings.Fields(msg)
-		if len(f) == 8 && strings.HasPrefix(v.exits[f[5]], "clean") {
-			st.ShutdownOverlaps++
-			continue
-		}
+		// "<task> started in <pid> while <pid> runs it": no excuse, a
+		// worker shutting down included (finding E8: its shutdown hands a
+		// task back only once its handler returned).
 		w.violate(7, "two live handlers inside one task: %s", msg)
 	}
 	for _, id := range ids {
@@ -378,16 +368,17 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 		}
 		st.Archived++
 		switch {
-		case runs == 0 && strings.HasPrefix(lastErr, "toxic") && w.crashesIn(j.queue) > 0:
-			// Its worker died with it in flight, before the handler's
-			// first ledger write (a round trip of its own) — the crash
-			// injected there, or a toxic neighbour's (finding E12).
+		case runs == 0 && strings.HasPrefix(lastErr, "toxic") && w.injectedCrashesIn(j.queue) > 0:
+			// Its worker, running its handler alone, was killed before the
+			// handler's first ledger write (a round trip of its own). Not a
+			// toxic neighbour's crash: that one counts against a task only
+			// while both are in flight, never alone (finding E12).
 			st.ToxicUnseen++
 		case runs == 0:
 			w.violate(7, "%s archived without having run", what)
 		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns:
 			w.violate(7, "%s archived again without running after an operator retry (it had %d runs then)", what, j.retriedAtRuns)
-		case j.typ == "crash" && j.retriedAtRuns < 0 && runs > w.p.JobCrashRetries+1+w.disturbedRuns(v, id, j) && !w.jobs.lostSince(j.at):
+		case j.typ == "crash" && j.retriedAtRuns < 0 && runs > w.toxicRuns(j.queue)+w.disturbedRuns(v, id, j) && !w.jobs.lostSince(j.at):
 			w.violate(7, "%s: a toxic job ran %d times with job_crash_retries %d", what, runs, w.p.JobCrashRetries)
 		}
 	}
@@ -475,23 +466,30 @@ func (w *world) jobsDone() (bool, int) {
 	return left == 0, left
 }
 
-// crashesIn counts the crashes injected into the processes of queue q's
-// pool, the crash jobs enqueued on it included.
-func (w *world) crashesIn(q string) int {
+// toxicRuns is how many times a toxic job of queue q may run:
+// job_crash_retries + 1, and one more with job_crash_retries 0 in a pool of
+// concurrency > 1 — a crash with a neighbour's handler in flight cannot be
+// told the toxic job's, which then runs once alone to be sure (E12).
+func (w *world) toxicRuns(q string) int {
+	n := w.p.JobCrashRetries + 1
+	for _, p := range w.p.Pools {
+		if p.Queue == q && p.Concurrency > 1 && w.p.JobCrashRetries == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// injectedCrashesIn counts the crashes injected into the processes of
+// queue q's pool (kills, hangs, exits), the crash jobs not included.
+func (w *world) injectedCrashesIn(q string) int {
 	n := 0
 	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
 	for comp, c := range w.b.crashes {
 		if strings.HasPrefix(comp, "worker:"+q+":") {
 			n += c
 		}
 	}
-	w.b.mu.Unlock()
-	w.jobs.mu.Lock()
-	for _, j := range w.jobs.byID {
-		if j.queue == q && j.typ == "crash" {
-			n++
-		}
-	}
-	w.jobs.mu.Unlock()
 	return n
 }

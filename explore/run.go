@@ -187,7 +187,6 @@ func (s *Summary) Add(r Result) {
 	s.Jobs.Refused += r.Jobs.Refused
 	s.Jobs.Unrecorded += r.Jobs.Unrecorded
 	s.Jobs.AwaitingLease += r.Jobs.AwaitingLease
-	s.Jobs.ShutdownOverlaps += r.Jobs.ShutdownOverlaps
 	s.Jobs.ToxicUnseen += r.Jobs.ToxicUnseen
 	s.Ticks.Fired += r.Ticks.Fired
 	s.Ticks.Twice += r.Ticks.Twice
@@ -217,7 +216,7 @@ func (s Summary) String() string {
 		inv = append(inv, fmt.Sprintf("inv%d: %d", i, n))
 	}
 	sort.Strings(inv)
-	return fmt.Sprintf("seeds %d (%d on miniredis, %d on redis-server; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d in two handlers across a worker's shutdown, %d archived toxic before their handler wrote a line\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
+	return fmt.Sprintf("seeds %d (%d on miniredis, %d on redis-server; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d archived toxic before their handler wrote a line\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
 		s.Seeds, s.ByBackend[BackendMini], s.ByBackend[BackendReal], s.Overloaded, s.Failed, inv, s.Inconclusive, strings.Join(kinds, ", "), s.Jobs.Enqueued, s.Jobs.Refused, s.Jobs.Completed, s.Jobs.Archived,
-		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ShutdownOverlaps, s.Jobs.ToxicUnseen, s.Ticks.Fired, s.Ticks.Twice, s.Ticks.Gaps, s.FailedSeeds)
+		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ToxicUnseen, s.Ticks.Fired, s.Ticks.Twice, s.Ticks.Gaps, s.FailedSeeds)
 }

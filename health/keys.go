@@ -136,6 +136,10 @@ func (k Keys) Health() string { return k.Prefix + "health" }
 // shares the slot of asynq's keys for q.
 func (k Keys) JobCrashes(q, t string) string { return k.JobPrefix(q) + t + JobCrashesSuffix }
 
+// JobSoloCrashes counts, of task t's crashes, those of a worker that ran
+// no other handler at the time: the crashes that can only be t's.
+func (k Keys) JobSoloCrashes(q, t string) string { return k.JobPrefix(q) + t + JobSoloCrashesSuffix }
+
 // JobProgress holds the last progress (percent) reported by task t of q.
 func (k Keys) JobProgress(q, t string) string { return k.JobPrefix(q) + t + JobProgressSuffix }
 
@@ -149,9 +153,10 @@ func (k Keys) JobPrefix(q string) string { return k.Prefix + "job:{" + q + "}:" 
 
 // Suffixes of the per-task keys (see JobPrefix).
 const (
-	JobCrashesSuffix  = ":crashes"
-	JobProgressSuffix = ":progress"
-	JobStageSuffix    = ":stage"
+	JobCrashesSuffix     = ":crashes"
+	JobSoloCrashesSuffix = ":crashes:solo"
+	JobProgressSuffix    = ":progress"
+	JobStageSuffix       = ":stage"
 )
 
 // Pause is the hash of what Vigil knows about queue q's pause (who, when,

@@ -26,8 +26,8 @@ import (
 //
 // KEYS: pending, paused, active, lease (as asynq's), dead owners. ARGV:
 // lease expiry (Unix s), task key prefix (as asynq's), owner field,
-// owner, job key prefix, crash counter suffix. Returns {msg, id, crashes}
-// or nil.
+// owner, job key prefix, crash counter suffix, solo crash counter suffix.
+// Returns {msg, id, crashes, solo crashes} or nil.
 const vigilDequeueSource = `
 if redis.call("EXISTS", KEYS[2]) == 0 and not redis.call("ZSCORE", KEYS[5], ARGV[4]) then
 	local id = redis.call("RPOPLPUSH", KEYS[1], KEYS[3])
@@ -37,7 +37,8 @@ if redis.call("EXISTS", KEYS[2]) == 0 and not redis.call("ZSCORE", KEYS[5], ARGV
 		redis.call("HDEL", key, "pending_since")
 		redis.call("ZADD", KEYS[4], ARGV[1], id)
 		local n = redis.call("GET", ARGV[5] .. id .. ARGV[6])
-		return {redis.call("HGET", key, "msg"), id, n or "0"}
+		local solo = redis.call("GET", ARGV[5] .. id .. ARGV[7])
+		return {redis.call("HGET", key, "msg"), id, n or "0", solo or "0"}
 	end
 end
 return nil`
@@ -52,8 +53,12 @@ func ownerOf(id health.ComponentID, pid int) string { return id.String() + ":" +
 // leaves its entry behind.
 const maxCrashEntries = 10_000
 
-// takeCrashes returns the crash count the dequeue of task id read, once.
-func (h *redisHook) takeCrashes(id string) (int, bool) {
+// crashRecord is a task's crash counters: every crash of a worker running
+// its handler, and those of them where it was the only handler running.
+type crashRecord struct{ all, solo int }
+
+// takeCrashes returns the crash counters the dequeue of task id read, once.
+func (h *redisHook) takeCrashes(id string) (crashRecord, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n, ok := h.crashes[id]
@@ -61,11 +66,11 @@ func (h *redisHook) takeCrashes(id string) (int, bool) {
 	return n, ok
 }
 
-func (h *redisHook) putCrashes(id string, n int) {
+func (h *redisHook) putCrashes(id string, n crashRecord) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.crashes == nil || len(h.crashes) >= maxCrashEntries {
-		h.crashes = map[string]int{} // the middleware reads the counter itself then
+		h.crashes = map[string]crashRecord{} // the middleware reads the counters itself then
 	}
 	h.crashes[id] = n
 }
@@ -124,7 +129,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	sargs = append(sargs, args[3:7]...)
 	sargs = append(sargs, h.deadOwners)
 	sargs = append(sargs, args[7:]...)
-	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix)
+	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix, health.JobSoloCrashesSuffix)
 	start := h.clock.Now()
 	run := redis.NewCmd(ctx, sargs...)
 	err := next(ctx, noRetry{run})
@@ -157,14 +162,16 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		return err
 	}
 	res, _ := run.Val().([]any)
-	if len(res) != 3 {
+	if len(res) != 4 {
 		c.SetErr(redis.Nil)
 		return redis.Nil
 	}
 	id, _ := res[1].(string)
-	n, _ := strconv.Atoi(asString(res[2]))
+	var cr crashRecord
+	cr.all, _ = strconv.Atoi(asString(res[2]))
+	cr.solo, _ = strconv.Atoi(asString(res[3]))
 	h.held.dequeued(id, h.clock.Now())
-	h.putCrashes(id, n)
+	h.putCrashes(id, cr)
 	c.SetVal(res[0])
 	return nil
 }

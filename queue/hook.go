@@ -54,9 +54,10 @@ type redisHook struct {
 	throttle   *throttledLog
 	records    func(context.Context, []health.ComponentID) ([]health.Component, error)
 
-	onSkip   func()         // tests: called when a dequeue is refused
-	onTry    func(got bool) // tests: called after each dequeue
-	closed   atomic.Bool    // backpressure: refuse dequeues
+	handBack func(id string) bool // asked before asynq's shutdown requeue is written (handback.go)
+	onSkip   func()               // tests: called when a dequeue is refused
+	onTry    func(got bool)       // tests: called after each dequeue
+	closed   atomic.Bool          // backpressure: refuse dequeues
 	warnOnce sync.Once
 
 	// dq is held (read) by every dequeue for its whole call, and (write) by
@@ -65,8 +66,10 @@ type redisHook struct {
 
 	refusedUntil atomic.Int64 // Unix ns: dequeues refused until then after Redis refused one
 
+	conns connSet // every connection of the client, severed by a shutdown past its bound
+
 	mu      sync.Mutex
-	crashes map[string]int // task id → crash count read at dequeue, until the middleware takes it
+	crashes map[string]crashRecord // task id → crash counters read at dequeue, until the middleware takes them
 }
 
 func newRedisHook(keys health.Keys, id health.ComponentID, pid int, log *slog.Logger, m *Metrics, c clock.Clock,
@@ -80,11 +83,19 @@ func newRedisHook(keys health.Keys, id health.ComponentID, pid int, log *slog.Lo
 }
 
 func (h *redisHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) { return next(ctx, network, addr) }
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return h.conns.dial(ctx, network, addr, next)
+	}
 }
 
 func (h *redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := h.conns.refusal(); err != nil {
+			for _, c := range cmds {
+				c.SetErr(err)
+			}
+			return err
+		}
 		start := h.clock.Now()
 		err := next(ctx, cmds)
 		h.observe("pipeline", start, err)
@@ -94,6 +105,10 @@ func (h *redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (h *redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := h.conns.refusal(); err != nil {
+			cmd.SetErr(err) // not even tried: go-redis would dial and retry for seconds
+			return err
+		}
 		start := h.clock.Now()
 		var err error
 		switch op := h.recognize(cmd); op {

@@ -31,6 +31,7 @@ type job struct {
 	maxRetry int
 	// shortCircuit: done without running (its declared outputs existed).
 	shortCircuit bool
+	run          *handlerRun // this run's handler (handback.go)
 
 	mu       sync.Mutex // serializes progress reports, guards the fields below
 	thr      throttle

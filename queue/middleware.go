@@ -39,17 +39,33 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 	// asynq writes the outcome once this returns: until it has, the task
 	// is not stranded (see holdings).
 	defer func() { w.hook.held.returned(id, w.clock.Now()) }()
+	hr, ok := w.runs.enter(id)
+	if !ok {
+		return context.Canceled // handed back by asynq's shutdown before it got here
+	}
+	defer w.runs.leave(id, hr)
 	start := w.clock.Now()
-	j := &job{w: w, queue: w.q, id: id, typ: t.Type(), start: start, thr: newThrottle(start)}
+	j := &job{w: w, queue: w.q, id: id, typ: t.Type(), start: start, thr: newThrottle(start), run: hr}
 	j.retried, _ = asynq.GetRetryCount(ctx)
 	j.maxRetry, _ = asynq.GetMaxRetry(ctx)
-	j.crashes = w.crashCount(ctx, id)
+	cr := w.crashCount(ctx, id)
+	j.crashes = cr.all
 
-	if j.crashes > w.env.JobCrashRetries {
+	// Toxic only past the limit with a crash of its own (it ran alone);
+	// one past the limit whose crashes all came with neighbours in flight
+	// runs alone once more first (finding E12, gate.go).
+	if j.crashes > w.env.JobCrashRetries && cr.solo > 0 {
 		return w.toxic(ctx, j)
 	}
+	release, err := w.gate.enter(ctx, j.crashes > 0)
+	if err != nil {
+		return err // asynq gave up on it (its shutdown) before its handler began
+	}
+	defer release()
+	if w.runs.handedBack(hr) {
+		return context.Canceled // handed back by asynq's shutdown while it waited
+	}
 	w.begin(ctx, j)
-	var err error
 	if names := w.declared[t.Type()]; len(names) > 0 && w.allPublished(ctx, id, names) {
 		// An earlier run published everything this task makes, and then
 		// died or lost its outcome: done, without running it again.
@@ -64,20 +80,28 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 	return w.finish(ctx, j, err)
 }
 
-// crashCount is the task's crash counter as its dequeue read it (or, for a
-// dequeue the hook did not see, as stored now).
-func (w *worker) crashCount(ctx context.Context, id string) int {
+// crashCount is the task's crash counters as its dequeue read them (or,
+// for a dequeue the hook did not see, as stored now).
+func (w *worker) crashCount(ctx context.Context, id string) crashRecord {
 	if n, ok := w.hook.takeCrashes(id); ok {
 		return n
 	}
 	octx, cancel := opCtx(ctx)
 	defer cancel()
-	v, err := w.rdb.Get(octx, w.store.Keys().JobCrashes(w.q, id)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		w.log.Warn("read crash counter", "task", id, "err", err)
+	keys := w.store.Keys()
+	vs, err := w.rdb.MGet(octx, keys.JobCrashes(w.q, id), keys.JobSoloCrashes(w.q, id)).Result()
+	if err != nil {
+		w.log.Warn("read crash counters", "task", id, "err", err)
+		return crashRecord{}
 	}
-	n, _ := strconv.Atoi(v)
-	return n
+	var cr crashRecord
+	if s, ok := vs[0].(string); ok {
+		cr.all, _ = strconv.Atoi(s)
+	}
+	if s, ok := vs[1].(string); ok {
+		cr.solo, _ = strconv.Atoi(s)
+	}
+	return cr
 }
 
 func (w *worker) event(j *job, state JobState) JobEvent {
@@ -98,7 +122,7 @@ func (w *worker) toxic(ctx context.Context, j *job) error {
 	ev := w.event(j, StateToxic)
 	ev.Error, ev.Final = terr.Error(), true
 	w.write(ctx, j, "toxic", func(ctx context.Context, pipe redis.Pipeliner) {
-		pipe.Del(ctx, w.store.Keys().JobCrashes(w.q, j.id))
+		pipe.Del(ctx, w.store.Keys().JobCrashes(w.q, j.id), w.store.Keys().JobSoloCrashes(w.q, j.id))
 		jobEvents(ctx, w.store, pipe, w.clock.Now(), ev)
 	})
 	return terr
@@ -120,6 +144,7 @@ func (w *worker) begin(ctx context.Context, j *job) {
 	select {
 	case <-sent:
 	case <-octx.Done():
+	case <-ctx.Done(): // asynq gave up on the task (its shutdown): the handler will not run long
 	}
 }
 
@@ -133,14 +158,19 @@ func (w *worker) write(_ context.Context, j *job, what string, fill func(context
 // task's context ends (asynq's deadline, its shutdown abort, a cancel, or
 // the pool's task timeout), whichever is first.
 func (w *worker) run(ctx context.Context, j *job, h asynq.Handler, t *asynq.Task) error {
-	hctx := context.WithValue(ctx, jobKey{}, j)
+	hctx, cancelRun := context.WithCancel(context.WithValue(ctx, jobKey{}, j))
+	defer cancelRun()
 	if w.env.TaskTimeout > 0 {
 		var cancel context.CancelFunc
 		hctx, cancel = context.WithTimeout(hctx, w.env.TaskTimeout)
 		defer cancel()
 	}
+	if !w.runs.start(j.run, cancelRun) {
+		return context.Canceled // handed back by asynq's shutdown: not started
+	}
 	done := make(chan error, 1)
 	go func() {
+		defer close(j.run.returned)
 		defer func() {
 			if x := recover(); x != nil {
 				w.log.Error("handler panicked", "task", j.id, "type", j.typ, "panic", fmt.Sprint(x), "stack", string(debug.Stack()))
@@ -178,7 +208,7 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	// up on and put back, whatever the handler answered (a normal outcome
 	// is written before asynq cancels). A cancel or a lost lease in those
 	// same seconds is reported as an abort too: asynq retries those.
-	aborted := w.shuttingDown.Load() && errors.Is(ctx.Err(), context.Canceled)
+	aborted := w.shuttingDown.Load() && (errors.Is(ctx.Err(), context.Canceled) || w.runs.handedBack(j.run))
 	ok := err == nil && !aborted
 	switch {
 	case aborted:
@@ -230,7 +260,7 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 				pipe.HSet(ctx, keys.Component(w.id), health.FieldCurrentJob, current)
 			}
 			if ok && j.crashes > 0 {
-				pipe.Del(ctx, keys.JobCrashes(w.q, j.id))
+				pipe.Del(ctx, keys.JobCrashes(w.q, j.id), keys.JobSoloCrashes(w.q, j.id))
 			}
 			jobEvents(ctx, w.store, pipe, end, ev)
 		})

@@ -24,6 +24,16 @@ func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	script := outcomeScripts[scriptSHA(cmd.Name(), args)]
 	n := args[2].(int) // recognize checked it
 	id, _ := args[3+n].(string)
+	if script.name == "requeue" && h.handBack != nil && !h.handBack(id) {
+		// Its handler is still inside: not handed back (handback.go). The
+		// task stays active and held under this process; the supervisor
+		// requeues it once the process is gone.
+		h.log.Warn("task not handed back at shutdown: its handler did not return; requeued by the supervisor once this process exits",
+			"task", id, "waited", handBackGrace)
+		c.SetErr(nil)
+		c.SetVal("OK")
+		return nil
+	}
 	start := h.clock.Now()
 	err := next(ctx, noRetry{c})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {

@@ -23,7 +23,10 @@ import (
 // HSET state pending + pending_since; and the owner field goes. The task's
 // crash counter is incremented (TTL reset) only if the running hash lists
 // it: its handler had begun. A task the process dequeued but never handed
-// to a handler counts no crash (nothing of it ran).
+// to a handler counts no crash (nothing of it ran). When it was the only
+// one whose handler had begun, its solo counter (the crash counter's key +
+// ":solo", health.JobSoloCrashesSuffix) is incremented too: that crash can
+// only be its own (finding E12, see the middleware's toxic rule).
 //
 // The owner is added to the queue's dead owners (trimmed to the last
 // deadOwnersKept): a dequeue it sent before it died that reaches Redis
@@ -53,10 +56,17 @@ for i = 8, #ARGV do
 		seen[id] = true
 	end
 end
-local out = {}
+local live, nran = {}, 0
 for _, id in ipairs(cand) do
+	if redis.call("ZSCORE", KEYS[2], id) and redis.call("HGET", pfx .. id, "state") == "active" then
+		live[#live+1] = id
+		if ran[id] then nran = nran + 1 end
+	end
+end
+local out = {}
+for _, id in ipairs(live) do
 	local key = pfx .. id
-	if redis.call("ZSCORE", KEYS[2], id) and redis.call("HGET", key, "state") == "active" then
+	do
 		redis.call("LREM", KEYS[1], 0, id)
 		redis.call("ZREM", KEYS[2], id)
 		redis.call("RPUSH", KEYS[3], id)
@@ -67,6 +77,10 @@ for _, id in ipairs(cand) do
 		if ran[id] then
 			n = redis.call("INCR", ck)
 			redis.call("PEXPIRE", ck, ARGV[6])
+			if nran == 1 then
+				redis.call("INCR", ck .. ":solo")
+				redis.call("PEXPIRE", ck .. ":solo", ARGV[6])
+			end
 		else
 			n = tonumber(redis.call("GET", ck) or "0")
 		end

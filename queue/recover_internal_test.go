@@ -54,7 +54,7 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 			return ""
 		}
 		res, err := vigilDequeueScript.Run(ctx, rdb, append(keys4, keys.DeadOwners(q)), lease, asynqTaskPrefix(q), ownerField, owner,
-			keys.JobPrefix(q), health.JobCrashesSuffix).Slice()
+			keys.JobPrefix(q), health.JobCrashesSuffix, health.JobSoloCrashesSuffix).Slice()
 		if errors.Is(err, redis.Nil) {
 			return ""
 		}
@@ -96,6 +96,10 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 			t.Errorf("crashes of %s = %q, want %q", id, got, want)
 		}
 	}
+	// mine and nohook were in flight together: neither crash is solo.
+	if n := rdb.Exists(ctx, keys.JobSoloCrashes(q, "mine"), keys.JobSoloCrashes(q, "nohook")).Val(); n != 0 {
+		t.Error("a crash with two handlers in flight counted as solo")
+	}
 	if h := rdb.HGetAll(ctx, keys.Running(comp)).Val(); len(h) != 1 || h["other"] != "200:4" {
 		t.Fatalf("running hash %v; only the live process's entry must stay", h)
 	}
@@ -123,5 +127,18 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 	}
 	if n, err := r.Recover(ctx, health.ComponentID{Queue: q, Slot: 1}, 100); err != nil || n != 0 {
 		t.Fatalf("Recover of another component with the same pid = %d, %v", n, err)
+	}
+	// A process that dies with one handler in flight: its crash is solo.
+	alone := ownerOf(comp, 300)
+	if id := dequeue(alone); id == "" {
+		t.Fatal("nothing to dequeue")
+	} else {
+		rdb.HSet(ctx, keys.Running(comp), id, "300:5")
+		if n, err := r.Recover(ctx, comp, 300); err != nil || n != 1 {
+			t.Fatalf("Recover of the lone handler's process = %d, %v", n, err)
+		}
+		if got := rdb.Get(ctx, keys.JobSoloCrashes(q, id)).Val(); got != "1" {
+			t.Fatalf("solo crashes of %s = %q, want 1", id, got)
+		}
 	}
 }

@@ -29,6 +29,10 @@ const (
 	BackpressureCheckDefault = time.Second
 	// opTimeout bounds each bookkeeping write of the middleware.
 	opTimeout = 5 * time.Second
+	// shutdownSlack is how long past its shutdown timeout a stopping
+	// worker waits for Redis before it closes its client (RunWorker); the
+	// rest of a second is for what follows (the process's exit).
+	shutdownSlack = 600 * time.Millisecond
 )
 
 // WorkerConfig configures RunWorker. Env is what the supervisor handed the
@@ -97,6 +101,8 @@ type worker struct {
 	batch       *batcher
 	avg         durations
 	current     currentJobs
+	runs        handlerRuns // the handlers running now, for the shutdown's hand-back
+	gate        *handlerGate
 
 	shuttingDown atomic.Bool
 	// failuresInRow counts the tasks that failed since the last success;
@@ -131,7 +137,8 @@ func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, er
 		env.Backpressure.PauseInterval = health.BackpressurePauseIntervalDefault
 	}
 	w := &worker{env: env, id: env.Component, q: env.Component.Queue, pid: cfg.PID, clock: cfg.Clock,
-		log: cfg.Logger, metrics: cfg.Metrics, handlers: handlers, scratchRoot: env.ScratchDir}
+		log: cfg.Logger, metrics: cfg.Metrics, handlers: handlers, scratchRoot: env.ScratchDir,
+		gate: newHandlerGate(env.Concurrency)}
 	w.failing = make(chan struct{})
 	if w.pid == 0 {
 		w.pid = os.Getpid()
@@ -195,11 +202,18 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 		return err
 	}
 	defer rdb.Close()
+	var bound clock.Timer // the shutdown's bound: it covers every deferred step below
+	defer func() {
+		if bound != nil {
+			bound.Stop()
+		}
+	}()
 	w.rdb, w.store = rdb, health.NewStore(rdb, w.env.Prefix, 0)
 	w.link, w.throttle = newLink(w.clock), &throttledLog{}
 	w.kept = newKeptOutcomes(ownerOf(w.id, w.pid), cfg.MaxKept, w.metrics, w.log, w.clock)
 	w.hook = newRedisHook(w.store.Keys(), w.id, w.pid, w.log, w.metrics, w.clock, w.link, w.kept, w.throttle)
 	w.hook.onSkip, w.hook.onTry = cfg.onDequeueSkip, cfg.onDequeue
+	w.hook.handBack = w.handBack
 	w.hook.records = w.store.GetMany
 	w.link.onTrans = w.logLink
 	rdb.AddHook(w.hook)
@@ -289,6 +303,22 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	}
 	w.shuttingDown.Store(true)
 	w.log.Info("worker stopping", "shutdown_timeout", w.env.ShutdownTimeout)
+	// The shutdown is bounded whatever Redis does (finding E10): a Redis
+	// that holds its replies (paused) or refuses connections would keep
+	// asynq's shutdown writes, the heartbeat and the last flushes waiting
+	// for go-redis's timeouts and retries, tens of seconds, and a worker
+	// whose supervisor died must be gone within its shutdown timeout + 1 s.
+	// Past the shutdown timeout and shutdownSlack the client's connections
+	// are severed (sever.go): every call waiting on Redis fails at once,
+	// and none dials again. What was not written is
+	// not lost: the tasks are still active under this process's owner
+	// field, and the supervisor's owner-scoped requeue puts them back once
+	// the process is gone.
+	bound = w.clock.AfterFunc(w.env.ShutdownTimeout+shutdownSlack, func() {
+		w.log.Warn("shutdown outlasts its bound: redis connections severed; what is left unwritten is requeued by the supervisor once this process exits",
+			"bound", w.env.ShutdownTimeout+shutdownSlack)
+		w.hook.conns.sever()
+	})
 	srv.Shutdown()    // stops dequeuing, waits, requeues what did not finish
 	w.inflight.Wait() // every middleware run has written its outcome
 	w.log.Info("worker stopped")

@@ -175,9 +175,11 @@ func TestToxicTaskIsArchivedWithoutRunning(t *testing.T) {
 	})
 	ctx := context.Background()
 	// Two crashes so far: still within job_crash_retries (2), it runs;
-	// three: toxic.
+	// three, one of them with its handler alone in its worker: toxic.
 	e.Client.Set(ctx, e.store.Keys().JobCrashes(e.q, "two"), 2, time.Hour)
+	e.Client.Set(ctx, e.store.Keys().JobSoloCrashes(e.q, "two"), 2, time.Hour)
 	e.Client.Set(ctx, e.store.Keys().JobCrashes(e.q, "three"), 3, time.Hour)
+	e.Client.Set(ctx, e.store.Keys().JobSoloCrashes(e.q, "three"), 1, time.Hour)
 	w := e.watch()
 	c := e.client()
 	e.enqueue(c, "job", "", asynq.TaskID("three"))
@@ -203,8 +205,11 @@ func TestToxicTaskIsArchivedWithoutRunning(t *testing.T) {
 		t.Fatalf("LastErr %q", info.LastErr)
 	}
 	// A task that succeeds after crashes drops its counter.
-	if n := e.Client.Exists(ctx, e.store.Keys().JobCrashes(e.q, "two")).Val(); n != 0 {
-		t.Fatal("crash counter of a completed task kept")
+	if n := e.Client.Exists(ctx, e.store.Keys().JobCrashes(e.q, "two"), e.store.Keys().JobSoloCrashes(e.q, "two")).Val(); n != 0 {
+		t.Fatal("crash counters of a completed task kept")
+	}
+	if n := e.Client.Exists(ctx, e.store.Keys().JobCrashes(e.q, "three"), e.store.Keys().JobSoloCrashes(e.q, "three")).Val(); n != 0 {
+		t.Fatal("crash counters of a task archived as toxic kept")
 	}
 	if n := cfg.Metrics.ToxicJobs.Load(); n != 1 {
 		t.Fatalf("toxic metric %d", n)
@@ -267,9 +272,22 @@ func TestShutdownAbortsAndRequeuesWhatOutlastsIt(t *testing.T) {
 	if got := e.states(b); !slices.Equal(got, states(created, processing, queue.StateAbortedShutdown)) {
 		t.Fatalf("task that outlasted the shutdown: %v", got)
 	}
+	// Its handler never returned: it is not handed back while inside
+	// (finding E8), but left active under this process, and the
+	// supervisor's requeue puts it back once the process is gone.
 	info, err := e.insp.GetTaskInfo(e.q, b)
-	if err != nil || info.State != asynq.TaskStatePending {
-		t.Fatalf("aborted task: %+v, %v; want it pending again", info, err)
+	if err != nil || info.State != asynq.TaskStateActive {
+		t.Fatalf("aborted task whose handler stays: %+v, %v; want it left active", info, err)
+	}
+	if n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfg.Env.Component, os.Getpid()); err != nil || n != 1 {
+		t.Fatalf("recover the aborted task: %d, %v", n, err)
+	}
+	info, err = e.insp.GetTaskInfo(e.q, b)
+	if err != nil || info.State != asynq.TaskStatePending || info.Retried != 0 {
+		t.Fatalf("aborted task: %+v, %v; want it pending again, no attempt counted", info, err)
+	}
+	if n := e.Client.Exists(context.Background(), e.store.Keys().JobCrashes(e.q, b)).Val(); n != 0 {
+		t.Fatal("a crash was counted for the aborted task")
 	}
 	if n := e.Client.HLen(context.Background(), e.store.Keys().Running(cfg.Env.Component)).Val(); n != 0 {
 		t.Fatalf("running hash keeps %d entries after shutdown", n)
@@ -359,5 +377,33 @@ func TestOutsideATask(t *testing.T) {
 	}
 	if _, ok := queue.LastProgress(ctx); ok || queue.Crashes(ctx) != 0 {
 		t.Fatal("LastProgress or Crashes outside a task")
+	}
+}
+
+// TestSharedCrashesAloneAreNotToxic (finding E12): a task past its crash
+// limit whose crashes all came with other handlers in flight (none can be
+// told its own) is not archived: it runs, alone.
+func TestSharedCrashesAloneAreNotToxic(t *testing.T) {
+	e := newQEnv(t)
+	cfg := e.config(0)
+	cfg.Env.Concurrency = 2
+	ran := make(chan string, 10)
+	e.runWorker(cfg, map[string]asynq.Handler{
+		"job": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			ran <- id
+			return nil
+		}),
+	})
+	ctx := context.Background()
+	e.Client.Set(ctx, e.store.Keys().JobCrashes(e.q, "shared"), 3, time.Hour)
+	w := e.watch()
+	e.enqueue(e.client(), "job", "", asynq.TaskID("shared"))
+	w.untilJob("shared", done)
+	if got := receive(t, ran); got != "shared" {
+		t.Fatalf("handler ran %q", got)
+	}
+	if n := cfg.Metrics.ToxicJobs.Load(); n != 0 {
+		t.Fatalf("toxic metric %d", n)
 	}
 }
