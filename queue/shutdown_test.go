@@ -116,6 +116,8 @@ func TestShutdownNeverHandsBackARunningHandler(t *testing.T) {
 			e := newQEnv(t)
 			var o overlap
 			bStarted := make(chan struct{})
+			aIn := make(chan struct{})  // A's handler is inside the task
+			aOut := make(chan struct{}) // and has left it
 			var bOnce sync.Once
 			release := make(chan struct{}) // lets a staying handler go
 			defer func() {
@@ -131,7 +133,9 @@ func TestShutdownNeverHandsBackARunningHandler(t *testing.T) {
 				"job": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 					id, _ := asynq.GetTaskID(ctx)
 					o.enter(id, "A")
+					defer close(aOut)
 					defer o.leave(id)
+					close(aIn)
 					<-ctx.Done()
 					if !leaves {
 						select { // a handler that does not heed its context
@@ -145,6 +149,7 @@ func TestShutdownNeverHandsBackARunningHandler(t *testing.T) {
 			w := e.watch()
 			id := e.enqueue(e.client(), "job", "", asynq.Retention(time.Hour))
 			w.untilJob(id, processing)
+			receive(t, aIn)
 			cfgB := e.config(1)
 			e.runWorker(cfgB, map[string]asynq.Handler{
 				"job": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
@@ -167,6 +172,7 @@ func TestShutdownNeverHandsBackARunningHandler(t *testing.T) {
 						h["state"], h["vigil_owner"], owner, o.seen())
 				}
 				close(release)
+				receive(t, aOut) // as the process's exit would end it
 				// The supervisor, once it reaped the process.
 				n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfgA.Env.Component, os.Getpid())
 				if err != nil || n != 1 {

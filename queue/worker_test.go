@@ -236,6 +236,7 @@ func TestShutdownAbortsAndRequeuesWhatOutlastsIt(t *testing.T) {
 	cfg.Env.ShutdownTimeout = 500 * time.Millisecond
 	finish := make(chan struct{}) // lets "finishes" end
 	never := make(chan struct{})  // "outlasts" ignores its context until the test ends
+	outlastsIn := make(chan struct{})
 	t.Cleanup(func() { close(never) })
 	stop := e.runWorker(cfg, map[string]asynq.Handler{
 		"finishes": asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
@@ -243,6 +244,7 @@ func TestShutdownAbortsAndRequeuesWhatOutlastsIt(t *testing.T) {
 			return nil
 		}),
 		"outlasts": asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			close(outlastsIn)
 			<-never
 			return nil
 		}),
@@ -253,6 +255,7 @@ func TestShutdownAbortsAndRequeuesWhatOutlastsIt(t *testing.T) {
 	b := e.enqueue(c, "outlasts", "")
 	w.untilJob(a, processing)
 	w.untilJob(b, processing)
+	receive(t, outlastsIn) // its handler is inside (not only recorded as processing)
 
 	stopping := e.logs.waitFor("worker stopping")
 	stopped := make(chan error, 1)
