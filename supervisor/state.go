@@ -42,8 +42,9 @@ const (
 	// SIGKILL armed once; nothing is written for the slot again; on exit
 	// the worker is forgotten. Actions go to the new holder.
 	stFenced
-	// stWaitingOld: adopted from an earlier supervisor of this host whose
-	// process for the slot still lives; started once it is gone.
+	// stWaitingOld: adopted while an earlier supervisor's process for the
+	// slot still lives (this host's earlier instance, or a lost host's
+	// process on this machine, which is stopped); started once it is gone.
 	stWaitingOld
 	// stGone: forgotten, no longer in the monitor's map (terminal). A
 	// callback still holding the worker sees it here.
