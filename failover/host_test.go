@@ -25,6 +25,7 @@ func hostConfig(id, redisURL string, ledgerEnv map[string]string) []byte {
 		"lease":        "10s",
 		"heartbeat":    map[string]any{"interval": "1s", "ttl": "10s", "start_timeout": "20s"},
 		"stop_timeout": "5s", "log_format": "json", "log_level": "info",
+		"durable_enqueue": map[string]any{"replicas": durable(), "timeout": "500ms"},
 		"pools": []map[string]any{{"queue": queueName, "workers": 4, "concurrency": 2, "command": []string{workerBin},
 			"env": ledgerEnv, "task_timeout": "1m"}},
 	}

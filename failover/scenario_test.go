@@ -28,6 +28,11 @@ const (
 	// envOut, if set, names a file each run's result is appended to (JSON
 	// lines), for RELIABILITY.md's table.
 	envOut = "VIGIL_FAILOVER_OUT"
+	// envDurable, set to N > 0, runs the hosts with durable_enqueue
+	// {replicas: N, timeout: 500ms}; the scenarios' names get "+durable",
+	// and a killed master is started again (it comes back as a replica:
+	// without one, no enqueue can be durable).
+	envDurable = "VIGIL_FAILOVER_DURABLE"
 
 	queueName   = "fo"
 	ledgerPort  = 6459
@@ -67,6 +72,9 @@ var scenarios = []scenario{
 		return s.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
 			at := s.Master.Kill()
 			sw, err := s.WaitNewMaster(ctx)
+			if err == nil && durable() > 0 {
+				s.Master.Restart(t)
+			}
 			return at, sw, err
 		}
 	}},
@@ -85,6 +93,9 @@ func clusterKill(name, key string) scenario {
 			}
 			at := sh.Master.Kill()
 			sw, err := c.WaitPromoted(ctx, sh.Replica)
+			if err == nil && durable() > 0 {
+				sh.Master.Restart(t)
+			}
 			return at, sw, err
 		}
 	}}
@@ -122,6 +133,12 @@ var watched = map[string]string{
 	"leadership":  "leadership changed",
 	"lease_lost":  "slot lease lost",
 	"hb_expired":  "heartbeat expired",
+}
+
+// durable is envDurable's number of replicas (0: off).
+func durable() int {
+	n, _ := strconv.Atoi(os.Getenv(envDurable))
+	return max(n, 0)
 }
 
 func TestFailover(t *testing.T) {
@@ -215,7 +232,11 @@ func runScenario(t *testing.T, sc scenario, run int) {
 	close(stopEnq)
 	wg.Wait()
 
-	res := result{Scenario: sc.name, Run: run, PromotedMS: sw.Promoted.Sub(faultAt).Milliseconds(),
+	name := sc.name
+	if durable() > 0 {
+		name += "+durable"
+	}
+	res := result{Scenario: name, Run: run, PromotedMS: sw.Promoted.Sub(faultAt).Milliseconds(),
 		AnnouncedMS: sw.Announced.Sub(faultAt).Milliseconds(), APIBackMS: map[string]int64{}, LogLines: map[string]int{}}
 	tNew := sw.Announced
 	accepted := map[string]answer{}
@@ -321,6 +342,9 @@ func runScenario(t *testing.T, sc scenario, run int) {
 			fmt.Fprintf(f, "%s\n", line)
 			f.Close()
 		}
+	}
+	if durable() > 0 && res.Lost > 0 {
+		t.Errorf("%s: %d jobs answered 201 were lost with durable_enqueue (want 0)", name, res.Lost)
 	}
 	if res.DoneTwice > 0 || res.WorkersKilled > 0 || res.CrashesCounted > 0 {
 		t.Errorf("%s: %d jobs done twice, %d healthy workers killed, %d crashes counted (want 0 each)",
