@@ -40,6 +40,8 @@ const (
 	enqueueStep = 100 * time.Millisecond
 	warmUp      = 2 * time.Second
 	after       = 4 * time.Second // enqueuing goes on this long after the new master
+	// afterDurable is after with durable_enqueue.
+	afterDurable = 20 * time.Second
 )
 
 var (
@@ -228,7 +230,13 @@ func runScenario(t *testing.T, sc scenario, run int) {
 		wg.Wait()
 		t.Fatalf("fault: %v", err)
 	}
-	time.Sleep(time.Until(sw.Announced.Add(after)))
+	window := after
+	if durable() > 0 {
+		// A durable enqueue waits for a replica: the old master, which the
+		// sentinel makes one about 10 s after the switch.
+		window = afterDurable
+	}
+	time.Sleep(time.Until(sw.Announced.Add(window)))
 	close(stopEnq)
 	wg.Wait()
 
