@@ -148,4 +148,3 @@ func (s *Sentinel) WaitNewMaster(ctx context.Context) (Switch, error) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
