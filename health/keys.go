@@ -146,6 +146,10 @@ func (k Keys) JobProgress(q, t string) string { return k.JobPrefix(q) + t + JobP
 // JobStage holds the last stage (milestone) reported by task t of q.
 func (k Keys) JobStage(q, t string) string { return k.JobPrefix(q) + t + JobStageSuffix }
 
+// JobScratch names the scratch directory task t of q kept on its worker's
+// host after a failure: "<bytes> <path>".
+func (k Keys) JobScratch(q, t string) string { return k.JobPrefix(q) + t + JobScratchSuffix }
+
 // JobPrefix is what every per-task key of queue q starts with: a key is
 // JobPrefix(q) + task id + suffix. Scripts that find task ids inside Redis
 // build the keys from these parts.
@@ -157,6 +161,7 @@ const (
 	JobSoloCrashesSuffix = ":crashes:solo"
 	JobProgressSuffix    = ":progress"
 	JobStageSuffix       = ":stage"
+	JobScratchSuffix     = ":scratch"
 )
 
 // Pause is the hash of what Vigil knows about queue q's pause (who, when,

@@ -262,6 +262,9 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 			if ok && j.crashes > 0 {
 				pipe.Del(ctx, keys.JobCrashes(w.q, j.id), keys.JobSoloCrashes(w.q, j.id))
 			}
+			if ev.ScratchDir != "" {
+				pipe.Set(ctx, keys.JobScratch(w.q, j.id), strconv.FormatInt(ev.ScratchBytes, 10)+" "+ev.ScratchDir, JobKeyTTL)
+			}
 			jobEvents(ctx, w.store, pipe, end, ev)
 		})
 	})

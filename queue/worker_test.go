@@ -366,6 +366,10 @@ func TestScratchDirectories(t *testing.T) {
 			if last := evs[len(evs)-1].job; last.ScratchDir != failDir || last.ScratchBytes != 1234 {
 				t.Errorf("failure event: scratch %q, %d bytes; want %q, 1234", last.ScratchDir, last.ScratchBytes, failDir)
 			}
+			// And the job's detail finds it (server: scratch_dir).
+			if v := e.Client.Get(context.Background(), e.store.Keys().JobScratch(e.q, failID)).Val(); v != "1234 "+failDir {
+				t.Errorf("job scratch key %q, want %q", v, "1234 "+failDir)
+			}
 		})
 	}
 }

@@ -43,6 +43,12 @@ type Job struct {
 	NextProcessAt    int64   `json:"next_process_at,omitempty" doc:"When it is due to run (Unix ms; pending: when it was enqueued)"`
 	CompletedAt      int64   `json:"completed_at,omitempty" doc:"When it completed (Unix ms)"`
 	Orphaned         bool    `json:"orphaned,omitempty" doc:"Active, but its worker is gone (asynq recovers it after the lease)"`
+	// A job's detail only: what its handler reported (queue.Progress,
+	// queue.Stage) and the scratch directory a failure kept.
+	Progress     *float64 `json:"progress,omitempty" doc:"The last progress its handler reported, in percent (a job's detail)"`
+	Stage        string   `json:"stage,omitempty" example:"source:ready" doc:"The last milestone its handler reported (queue.Stage; a job's detail)"`
+	ScratchDir   string   `json:"scratch_dir,omitempty" doc:"The scratch directory a failed run kept on its worker's host (a job's detail; removed by the host's janitor after scratch_max_age)"`
+	ScratchBytes int64    `json:"scratch_bytes,omitempty" doc:"Its size in bytes"`
 }
 
 // toxicPrefix starts the last error of a task archived as toxic.
@@ -390,6 +396,9 @@ func (s *server) getJob(ctx context.Context, in *JobParam) (*JobOutput, error) {
 	j := []Job{s.detailView(t)}
 	if err := s.withCrashes(ctx, in.Queue, j); err != nil {
 		return nil, s.fail(ctx, "read the crash counter of job "+in.ID, err)
+	}
+	if err := s.withRunInfo(ctx, in.Queue, &j[0]); err != nil {
+		return nil, s.fail(ctx, "read the progress of job "+in.ID, err)
 	}
 	return &JobOutput{Body: j[0]}, nil
 }

@@ -232,3 +232,29 @@ func TestJobCrashCount(t *testing.T) {
 		t.Errorf("list: crashes by job = %v, want %s:2 %s:0", got, crashed.ID, calm.ID)
 	}
 }
+
+// A job's detail carries what its handler reported (last progress, last
+// stage, as the worker runtime writes them) and the scratch directory a
+// failed run kept; a job with none has none.
+func TestJobDetailRunInfo(t *testing.T) {
+	h := newHarness(t, setup{})
+	ran := decode[server.Job](t, h.post("/api/v1/queues/"+h.q1+"/jobs", `{"type":"t","payload":1}`), http.StatusCreated)
+	fresh := decode[server.Job](t, h.post("/api/v1/queues/"+h.q1+"/jobs", `{"type":"t","payload":2}`), http.StatusCreated)
+	k := h.store.Keys()
+	for key, v := range map[string]string{
+		k.JobProgress(h.q1, ran.ID): "42.5",
+		k.JobStage(h.q1, ran.ID):    "source:ready",
+		k.JobScratch(h.q1, ran.ID):  "1234 /tmp/vigil-scratch/" + h.q1 + "/x-1",
+	} {
+		if err := h.redis.Client.Set(ctx(t), key, v, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := decode[server.Job](t, h.get("/api/v1/jobs/"+h.q1+"/"+ran.ID), http.StatusOK)
+	if j.Progress == nil || *j.Progress != 42.5 || j.Stage != "source:ready" || j.ScratchBytes != 1234 || j.ScratchDir != "/tmp/vigil-scratch/"+h.q1+"/x-1" {
+		t.Errorf("detail: progress %v stage %q scratch %q %d", j.Progress, j.Stage, j.ScratchDir, j.ScratchBytes)
+	}
+	if j := decode[server.Job](t, h.get("/api/v1/jobs/"+h.q1+"/"+fresh.ID), http.StatusOK); j.Progress != nil || j.Stage != "" || j.ScratchDir != "" {
+		t.Errorf("a job that never ran: %+v", j)
+	}
+}

@@ -876,6 +876,9 @@ type Job struct {
 	// PayloadTruncated The payload is longer than this answer shows (lists: a preview; a job's detail: up to its cap): payload_preview holds its beginning
 	PayloadTruncated *bool `json:"payload_truncated,omitempty"`
 
+	// Progress The last progress its handler reported, in percent (a job's detail)
+	Progress *float64 `json:"progress,omitempty"`
+
 	// Queue Example: tag
 	Queue string `json:"queue"`
 
@@ -883,6 +886,17 @@ type Job struct {
 	//
 	// Example: 0
 	Retried int64 `json:"retried"`
+
+	// ScratchBytes Its size in bytes
+	ScratchBytes *int64 `json:"scratch_bytes,omitempty"`
+
+	// ScratchDir The scratch directory a failed run kept on its worker's host (a job's detail; removed by the host's janitor after scratch_max_age)
+	ScratchDir *string `json:"scratch_dir,omitempty"`
+
+	// Stage The last milestone its handler reported (queue.Stage; a job's detail)
+	//
+	// Example: source:ready
+	Stage *string `json:"stage,omitempty"`
 
 	// State Example: pending
 	State JobState `json:"state"`
@@ -938,6 +952,7 @@ type JobEvent struct {
 	ScratchBytes *int64   `json:"scratch_bytes,omitempty"`
 	ScratchDir   *string  `json:"scratch_dir,omitempty"`
 	ShortCircuit *bool    `json:"short_circuit,omitempty"`
+	Stage        *string  `json:"stage,omitempty"`
 	State        string   `json:"state"`
 	TaskType     *string  `json:"task_type,omitempty"`
 }
