@@ -38,6 +38,12 @@ const asynqDefaultMaxRetry = 25
 // overwrites it, the requeue removes it, or the hash is deleted.
 const ownerField = "vigil_owner"
 
+// runField is the run token Vigil's dequeue increments on asynq's task hash:
+// one value per dequeue, so that an outcome kept from one run of a task is
+// never written over a later run of it (kept.go). It rides along as
+// ownerField does.
+const runField = "vigil_run"
+
 // asynqDequeueSource is asynq v0.26.0's dequeue script, byte for byte
 // (internal/rdb/rdb.go, dequeueCmd). Its SHA1 is what asynq's server sends
 // with EVALSHA; dequeue.go recognizes the call by that hash.

@@ -53,12 +53,16 @@ const errNotOwned = "VIGIL_NOT_OWNED"
 
 // ownerGuard is the prefix that makes an asynq outcome script a guarded
 // one: it runs only while the task is active and its owner field names
-// this process. The owner field and owner are the last two ARGV, after
-// asynq's own (its scripts address ARGV by index, so they never see them).
+// this process, and, when the run token is known (not ""), while the task
+// is still in the run the outcome is of: a later dequeue, even by this
+// process, changed it. The owner field, owner, run token field and run token are
+// the last four ARGV, after asynq's own (its scripts address ARGV by
+// index, so they never see them).
 func ownerGuard(taskKey int) string {
 	return `
 local vigil_task = KEYS[` + strconv.Itoa(taskKey) + `]
-if redis.call("HGET", vigil_task, ARGV[#ARGV - 1]) ~= ARGV[#ARGV] or redis.call("HGET", vigil_task, "state") ~= "active" then
+if redis.call("HGET", vigil_task, ARGV[#ARGV - 3]) ~= ARGV[#ARGV - 2] or redis.call("HGET", vigil_task, "state") ~= "active"
+	or (ARGV[#ARGV] ~= "" and redis.call("HGET", vigil_task, ARGV[#ARGV - 1]) ~= ARGV[#ARGV]) then
 	return redis.error_reply("` + errNotOwned + `")
 end`
 }

@@ -26,19 +26,21 @@ import (
 //
 // KEYS: pending, paused, active, lease (as asynq's), dead owners. ARGV:
 // lease expiry (Unix s), task key prefix (as asynq's), owner field,
-// owner, job key prefix, crash counter suffix, solo crash counter suffix.
-// Returns {msg, id, crashes, solo crashes} or nil.
+// owner, job key prefix, crash counter suffix, solo crash counter suffix,
+// run token field. Returns {msg, id, crashes, solo crashes, run token} or
+// nil.
 const vigilDequeueSource = `
 if redis.call("EXISTS", KEYS[2]) == 0 and not redis.call("ZSCORE", KEYS[5], ARGV[4]) then
 	local id = redis.call("RPOPLPUSH", KEYS[1], KEYS[3])
 	if id then
 		local key = ARGV[2] .. id
 		redis.call("HSET", key, "state", "active", ARGV[3], ARGV[4])
+		local run = redis.call("HINCRBY", key, ARGV[8], 1)
 		redis.call("HDEL", key, "pending_since")
 		redis.call("ZADD", KEYS[4], ARGV[1], id)
 		local n = redis.call("GET", ARGV[5] .. id .. ARGV[6])
 		local solo = redis.call("GET", ARGV[5] .. id .. ARGV[7])
-		return {redis.call("HGET", key, "msg"), id, n or "0", solo or "0"}
+		return {redis.call("HGET", key, "msg"), id, n or "0", solo or "0", run}
 	end
 end
 return nil`
@@ -129,7 +131,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	sargs = append(sargs, args[3:7]...)
 	sargs = append(sargs, h.deadOwners)
 	sargs = append(sargs, args[7:]...)
-	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix, health.JobSoloCrashesSuffix)
+	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix, health.JobSoloCrashesSuffix, runField)
 	start := h.clock.Now()
 	run := redis.NewCmd(ctx, sargs...)
 	err := next(ctx, noRetry{run})
@@ -162,7 +164,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		return err
 	}
 	res, _ := run.Val().([]any)
-	if len(res) != 4 {
+	if len(res) != 5 {
 		c.SetErr(redis.Nil)
 		return redis.Nil
 	}
@@ -170,7 +172,8 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	var cr crashRecord
 	cr.all, _ = strconv.Atoi(asString(res[2]))
 	cr.solo, _ = strconv.Atoi(asString(res[3]))
-	h.held.dequeued(id, h.clock.Now())
+	token, _ := res[4].(int64)
+	h.held.dequeued(id, token, h.clock.Now())
 	h.putCrashes(id, cr)
 	c.SetVal(res[0])
 	return nil

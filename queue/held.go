@@ -38,15 +38,16 @@ type holdings struct {
 type held struct {
 	state holding
 	at    time.Time // when it entered state
+	run   int64     // the dequeue's run token (runField)
 }
 
-func (h *holdings) dequeued(id string, now time.Time) {
+func (h *holdings) dequeued(id string, run int64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
 		h.m = map[string]held{}
 	}
-	h.m[id] = held{holdRunning, now}
+	h.m[id] = held{holdRunning, now, run}
 }
 
 // returned marks the middleware's return for a task it holds.
@@ -54,8 +55,15 @@ func (h *holdings) returned(id string, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e, ok := h.m[id]; ok && e.state == holdRunning {
-		h.m[id] = held{holdReturned, now}
+		h.m[id] = held{holdReturned, now, e.run}
 	}
+}
+
+// runOf is the run token of the held task id (0: not held, or unknown).
+func (h *holdings) runOf(id string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[id].run
 }
 
 // resolve forgets a task: its outcome was answered, or kept.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,7 @@ type keptOutcome struct {
 	keys   []string
 	args   []any
 	since  time.Time
+	run    int64 // the run token of the dequeue it is the outcome of (0: unknown)
 }
 
 func newKeptOutcomes(owner string, max int, m *Metrics, log *slog.Logger, c clock.Clock) *keptOutcomes {
@@ -195,7 +197,11 @@ func (k *keptOutcomes) send(ctx context.Context, rdb redis.UniversalClient, all 
 	pipe := rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(all))
 	for i, o := range all {
-		args := append(append(make([]any, 0, len(o.args)+2), o.args...), ownerField, k.owner)
+		run := ""
+		if o.run > 0 {
+			run = strconv.FormatInt(o.run, 10)
+		}
+		args := append(append(make([]any, 0, len(o.args)+4), o.args...), ownerField, k.owner, runField, run)
 		cmds[i] = o.script.guarded.EvalSha(ctx, pipe, o.keys, args...)
 	}
 	_, err := pipe.Exec(ctx)
@@ -220,5 +226,5 @@ func isStale(err error) bool {
 		return false
 	}
 	msg := rerr.Error()
-	return strings.HasPrefix(msg, errNotOwned) || strings.Contains(msg, "NOT FOUND")
+	return strings.Contains(msg, errNotOwned) || strings.Contains(msg, "NOT FOUND") // miniredis prefixes "ERR "
 }

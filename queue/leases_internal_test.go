@@ -50,7 +50,7 @@ func TestLeaseRecoveryLeavesLiveOwnersAlone(t *testing.T) {
 	owned := func(owner string) {
 		t.Helper()
 		if err := vigilDequeueScript.Run(ctx, rdb, append(keys4, keys.DeadOwners(q)), expired, asynqTaskPrefix(q), ownerField, owner,
-			keys.JobPrefix(q), health.JobCrashesSuffix, health.JobSoloCrashesSuffix).Err(); err != nil {
+			keys.JobPrefix(q), health.JobCrashesSuffix, health.JobSoloCrashesSuffix, runField).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

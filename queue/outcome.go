@@ -49,7 +49,8 @@ func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	for i, k := range args[3 : 3+n] {
 		keys[i], _ = k.(string)
 	}
-	h.kept.keep(keptOutcome{id: id, script: script, keys: keys, args: append([]any(nil), args[3+n:]...), since: h.clock.Now()})
+	h.kept.keep(keptOutcome{id: id, script: script, keys: keys, args: append([]any(nil), args[3+n:]...), since: h.clock.Now(),
+		run: h.held.runOf(id)})
 	h.held.resolve(id)
 	h.link.poke()
 	h.log.Warn("task outcome kept: redis did not take it; written once it does, if the task is still this worker's",

@@ -54,7 +54,7 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 			return ""
 		}
 		res, err := vigilDequeueScript.Run(ctx, rdb, append(keys4, keys.DeadOwners(q)), lease, asynqTaskPrefix(q), ownerField, owner,
-			keys.JobPrefix(q), health.JobCrashesSuffix, health.JobSoloCrashesSuffix).Slice()
+			keys.JobPrefix(q), health.JobCrashesSuffix, health.JobSoloCrashesSuffix, runField).Slice()
 		if errors.Is(err, redis.Nil) {
 			return ""
 		}
