@@ -157,3 +157,14 @@ func TestUsesTLS(t *testing.T) {
 		}
 	}
 }
+
+func TestAddrNamesSentinels(t *testing.T) {
+	c, err := Open("redis-sentinel://127.0.0.1:1,127.0.0.1:2/mymaster/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, want := Addr(c), "sentinel mymaster via 127.0.0.1:1 (+1)"; got != want {
+		t.Errorf("Addr = %q, want %q", got, want)
+	}
+}

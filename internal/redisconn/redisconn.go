@@ -103,7 +103,7 @@ func (k Kind) String() string {
 func (o *Options) Client() redis.UniversalClient {
 	switch o.Kind {
 	case Sentinel:
-		return redis.NewFailoverClient(o.Failover)
+		return newFailoverClient(o.Failover)
 	case Cluster:
 		return newClusterClient(o.Cluster)
 	}
@@ -349,6 +349,9 @@ func Addr(c redis.UniversalClient) string {
 		if a := c.Options().Addr; a != "FailoverClient" {
 			return a
 		}
+		if o := failoverOptionsOf(c); o != nil {
+			return describeAddrs("sentinel "+o.MasterName+" via", o.SentinelAddrs)
+		}
 		return "sentinel"
 	case *redis.ClusterClient:
 		a := c.Options().Addrs
@@ -496,6 +499,13 @@ func Ping(ctx context.Context, c redis.UniversalClient, timeout time.Duration) e
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
+		if rc, ok := c.(*redis.Client); ok {
+			if o := failoverOptionsOf(rc); o != nil {
+				ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				defer cancel()
+				return explainSentinel(ectx, o, err)
+			}
+		}
 		return fmt.Errorf("redis at %s does not answer: %w", Addr(c), err)
 	}
 	if cc, ok := c.(*redis.ClusterClient); ok {
