@@ -198,9 +198,10 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 		return err
 	}
 	queues := make([]string, len(cfg.Pools))
-	timeouts := map[string]time.Duration{}
+	timeouts, maxTimeouts, retentions := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
 	for i, p := range cfg.Pools {
 		queues[i], timeouts[p.Queue] = p.Queue, time.Duration(p.TaskTimeout)
+		maxTimeouts[p.Queue], retentions[p.Queue] = time.Duration(p.MaxTaskTimeout), time.Duration(p.Retention)
 	}
 	// asynq's paused key is the truth: start-up lifts no pause, it only
 	// migrates the flags of earlier releases (DESIGN.md §6).
@@ -293,8 +294,9 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("config: %w", err)
 	}
 	v.handler, err = server.New(server.Config{
-		Store: store, Supervisor: v.sup, Queues: queues, TaskTimeouts: timeouts,
-		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
+		Store: store, Supervisor: v.sup, Queues: queues, TaskTimeouts: timeouts, MaxTaskTimeouts: maxTimeouts,
+		Retentions: retentions,
+		Token:      cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
 		ListenHosts: cfg.ListenHosts(), TrustedProxies: proxies, CookieSecure: cfg.CookieSecure,
 		DurableEnqueue: queue.DurableConfig{Replicas: cfg.DurableEnqueue.Replicas, Timeout: time.Duration(cfg.DurableEnqueue.Timeout)},
 		PayloadPreview: int(cfg.JobView.PayloadPreview), MaxPayloadShown: int(cfg.JobView.MaxPayload), ReadBudget: int64(cfg.JobView.ReadBudget),

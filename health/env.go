@@ -9,14 +9,17 @@ import (
 
 // Environment handed to every worker (DESIGN.md §4.1).
 const (
-	EnvRedisURL          = "VIGIL_REDIS_URL"
-	EnvPrefix            = "VIGIL_PREFIX"
-	EnvComponent         = "VIGIL_COMPONENT"
-	EnvQueue             = "VIGIL_QUEUE"
-	EnvSlot              = "VIGIL_SLOT"
-	EnvHost              = "VIGIL_HOST"
-	EnvConcurrency       = "VIGIL_CONCURRENCY"
-	EnvTaskTimeout       = "VIGIL_TASK_TIMEOUT"
+	EnvRedisURL    = "VIGIL_REDIS_URL"
+	EnvPrefix      = "VIGIL_PREFIX"
+	EnvComponent   = "VIGIL_COMPONENT"
+	EnvQueue       = "VIGIL_QUEUE"
+	EnvSlot        = "VIGIL_SLOT"
+	EnvHost        = "VIGIL_HOST"
+	EnvConcurrency = "VIGIL_CONCURRENCY"
+	EnvTaskTimeout = "VIGIL_TASK_TIMEOUT"
+	// EnvMaxTaskTimeout caps every task's timeout, its own included
+	// (optional, per pool; absent: no cap).
+	EnvMaxTaskTimeout    = "VIGIL_MAX_TASK_TIMEOUT"
 	EnvHeartbeatInterval = "VIGIL_HEARTBEAT_INTERVAL"
 	EnvHeartbeatTTL      = "VIGIL_HEARTBEAT_TTL"
 	EnvShutdownTimeout   = "VIGIL_SHUTDOWN_TIMEOUT"
@@ -52,6 +55,7 @@ type WorkerEnv struct {
 	Host              string
 	Concurrency       int
 	TaskTimeout       time.Duration
+	MaxTaskTimeout    time.Duration // 0 = no cap
 	HeartbeatInterval time.Duration
 	HeartbeatTTL      time.Duration
 	ShutdownTimeout   time.Duration
@@ -121,6 +125,11 @@ func LoadWorkerEnv() (WorkerEnv, error) {
 			if *n.dst, err = strconv.Atoi(v); err != nil || *n.dst < 0 {
 				return e, fmt.Errorf("%s=%q: want a whole number >= 0", n.name, v)
 			}
+		}
+	}
+	if v := os.Getenv(EnvMaxTaskTimeout); v != "" && v != "0" && v != "0s" {
+		if e.MaxTaskTimeout, err = time.ParseDuration(v); err != nil || e.MaxTaskTimeout < 0 {
+			return e, fmt.Errorf("%s=%q: want a duration >= 0 such as 2h", EnvMaxTaskTimeout, v)
 		}
 	}
 	e.ScratchDir = os.Getenv(EnvScratchDir)

@@ -35,7 +35,11 @@ type ClientConfig struct {
 	// TaskTimeouts are per-queue timeouts given to tasks enqueued with no
 	// Timeout or Deadline option (asynq's default is 30 minutes).
 	TaskTimeouts map[string]time.Duration
-	Logger       *slog.Logger
+	// Retentions are per-queue Retention given to tasks enqueued with no
+	// Retention option: asynq keeps such a task, completed, that long, so
+	// that its job route still answers (asynq's default is 0: deleted).
+	Retentions map[string]time.Duration
+	Logger     *slog.Logger
 	Clock        clock.Clock
 	// Durable, with Replicas > 0, makes Enqueue return only once the task
 	// reached that many replicas (ErrNotDurable if not in time).
@@ -95,6 +99,9 @@ func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts .
 	}
 	if d, ok := c.cfg.TaskTimeouts[q]; ok && d > 0 && !hasOpt(opts, asynq.TimeoutOpt, asynq.DeadlineOpt) {
 		opts = append(opts, asynq.Timeout(d))
+	}
+	if d := c.cfg.Retentions[q]; d > 0 && !hasOpt(opts, asynq.RetentionOpt) {
+		opts = append(opts, asynq.Retention(d))
 	}
 	opts = append(opts, asynq.Queue(q))
 

@@ -23,7 +23,7 @@ import (
 //     job_crash_retries is not run but archived, "toxic: worker crashed N
 //     times", event toxic.
 //  2. The task is recorded in the worker's running hash, event processing.
-//  3. The handler runs, with the pool's task timeout, in a goroutine of its
+//  3. The handler runs, with its timeout (TimeoutOf), in a goroutine of its
 //     own: a handler that ignores its context does not hold the outcome up.
 //  4. The outcome: done (rolling average updated, crash counter dropped,
 //     scratch removed) or error, classified (retried, RETRIES_EXHAUSTED,
@@ -156,13 +156,16 @@ func (w *worker) write(_ context.Context, j *job, what string, fill func(context
 
 // run calls the handler. It returns when the handler does, or when the
 // task's context ends (asynq's deadline, its shutdown abort, a cancel, or
-// the pool's task timeout), whichever is first.
+// the pool's task timeout for a task with none of its own), whichever is
+// first.
 func (w *worker) run(ctx context.Context, j *job, h asynq.Handler, t *asynq.Task) error {
 	hctx, cancelRun := context.WithCancel(context.WithValue(ctx, jobKey{}, j))
 	defer cancelRun()
-	if w.env.TaskTimeout > 0 {
+	// The task's own Timeout or Deadline wins; the pool's task_timeout is
+	// for tasks with none (TimeoutOf).
+	if d, _ := w.attemptTimeout(ctx); d > 0 {
 		var cancel context.CancelFunc
-		hctx, cancel = context.WithTimeout(hctx, w.env.TaskTimeout)
+		hctx, cancel = context.WithTimeout(hctx, d)
 		defer cancel()
 	}
 	if !w.runs.start(j.run, cancelRun) {

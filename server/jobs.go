@@ -29,20 +29,28 @@ type Job struct {
 	PayloadSize   int             `json:"payload_size" example:"42" doc:"The payload's size in bytes"`
 	// A payload over the cap (a list's preview, a detail's max) is shown
 	// as its beginning, as text.
-	PayloadTruncated bool    `json:"payload_truncated,omitempty" doc:"The payload is longer than this answer shows (lists: a preview; a job's detail: up to its cap): payload_preview holds its beginning"`
-	PayloadPreview   string  `json:"payload_preview,omitempty" doc:"The beginning of a truncated payload, as text (bytes that are not UTF-8 replaced)"`
-	MaxRetry         int     `json:"max_retry" example:"25" doc:"Retries allowed for handler errors"`
-	Retried          int     `json:"retried" example:"0" doc:"Retries so far"`
-	LastError        string  `json:"last_error,omitempty" example:"toxic: worker crashed 3 times" doc:"Error of the last failed attempt"`
-	LastFailedAt     int64   `json:"last_failed_at,omitempty" doc:"When the last attempt failed (Unix ms)"`
-	Crashes          int     `json:"crashes" example:"0" doc:"Workers that died while running it (its crash counter; cleared when it is archived as toxic)"`
-	Toxic            bool    `json:"toxic" doc:"Archived because it crashed its workers too often (DESIGN.md §6)"`
-	ToxicReason      string  `json:"toxic_reason,omitempty" example:"toxic: worker crashed 3 times" doc:"Why it is toxic"`
-	TimeoutS         float64 `json:"timeout_seconds,omitempty" doc:"Per-attempt timeout in seconds"`
-	Deadline         int64   `json:"deadline,omitempty" doc:"Deadline (Unix ms)"`
-	NextProcessAt    int64   `json:"next_process_at,omitempty" doc:"When it is due to run (Unix ms; pending: when it was enqueued)"`
-	CompletedAt      int64   `json:"completed_at,omitempty" doc:"When it completed (Unix ms)"`
-	Orphaned         bool    `json:"orphaned,omitempty" doc:"Active, but its worker is gone (asynq recovers it after the lease)"`
+	PayloadTruncated bool            `json:"payload_truncated,omitempty" doc:"The payload is longer than this answer shows (lists: a preview; a job's detail: up to its cap): payload_preview holds its beginning"`
+	PayloadPreview   string          `json:"payload_preview,omitempty" doc:"The beginning of a truncated payload, as text (bytes that are not UTF-8 replaced)"`
+	MaxRetry         int             `json:"max_retry" example:"25" doc:"Retries allowed for handler errors"`
+	Retried          int             `json:"retried" example:"0" doc:"Retries so far"`
+	LastError        string          `json:"last_error,omitempty" example:"toxic: worker crashed 3 times" doc:"Error of the last failed attempt"`
+	LastFailedAt     int64           `json:"last_failed_at,omitempty" doc:"When the last attempt failed (Unix ms)"`
+	Crashes          int             `json:"crashes" example:"0" doc:"Workers that died while running it (its crash counter; cleared when it is archived as toxic)"`
+	Toxic            bool            `json:"toxic" doc:"Archived because it crashed its workers too often (DESIGN.md §6)"`
+	ToxicReason      string          `json:"toxic_reason,omitempty" example:"toxic: worker crashed 3 times" doc:"Why it is toxic"`
+	TimeoutS         float64         `json:"timeout_seconds,omitempty" doc:"The task's own per-attempt timeout in seconds (asynq gives 1800 to a task enqueued with neither timeout nor deadline)"`
+	EffectiveTimeout float64         `json:"effective_timeout_seconds,omitempty" doc:"The per-attempt timeout a worker of this pool applies (job detail only): the task's own, else the pool's task_timeout, capped by max_task_timeout; absent when only the deadline bounds it"`
+	TimeoutSource    string          `json:"timeout_source,omitempty" enum:"task,deadline,pool,asynq_default,max_task_timeout" doc:"Where effective_timeout_seconds comes from (job detail only): the task's own timeout or deadline, the pool's task_timeout (the task had asynq's implicit 30 minutes), asynq's 30 minutes, or the pool's max_task_timeout"`
+	Deadline         int64           `json:"deadline,omitempty" doc:"Deadline (Unix ms)"`
+	NextProcessAt    int64           `json:"next_process_at,omitempty" doc:"When it is due to run (Unix ms; pending: when it was enqueued)"`
+	CompletedAt      int64           `json:"completed_at,omitempty" doc:"When it completed (Unix ms)"`
+	RetentionS       float64         `json:"retention_seconds,omitempty" doc:"How long asynq keeps it once completed (its Retention; jobs enqueued through Vigil get the pool's retention)"`
+	RetainedUntil    int64           `json:"retained_until,omitempty" doc:"Completed: when asynq deletes it, after which the job route answers 404 (Unix ms)"`
+	Result           json.RawMessage `json:"result,omitempty" doc:"Completed: what the handler wrote with ResultWriter, when it is JSON and shown whole"`
+	ResultBase64     string          `json:"result_base64,omitempty" doc:"Completed: the result, base64-encoded, when it is not JSON and shown whole"`
+	ResultSize       int             `json:"result_size,omitempty" doc:"The result's size in bytes"`
+	ResultTruncated  bool            `json:"result_truncated,omitempty" doc:"The result is longer than this answer shows"`
+	Orphaned         bool            `json:"orphaned,omitempty" doc:"Active, but its worker is gone (asynq recovers it after the lease)"`
 	// A job's detail only: what its handler reported (queue.Progress,
 	// queue.Stage) and the scratch directory a failure kept.
 	Progress     *float64 `json:"progress,omitempty" doc:"The last progress its handler reported, in percent (a job's detail)"`
@@ -69,7 +77,10 @@ func (s *server) listView(t *asynq.TaskInfo) Job {
 }
 
 func (s *server) detailView(t *asynq.TaskInfo) Job {
-	return jobView(t, s.cfg.MaxPayloadShown, errorMax)
+	j := jobView(t, s.cfg.MaxPayloadShown, errorMax)
+	d, from := queue.TimeoutOf(t.Timeout, !t.Deadline.IsZero(), s.cfg.TaskTimeouts[t.Queue], s.cfg.MaxTaskTimeouts[t.Queue])
+	j.EffectiveTimeout, j.TimeoutSource = d.Seconds(), from
+	return j
 }
 
 // jobView shows at most payloadCap bytes of the payload and errCap of the
@@ -79,7 +90,19 @@ func jobView(t *asynq.TaskInfo, payloadCap, errCap int) Job {
 		ID: t.ID, Queue: t.Queue, Type: t.Type, State: t.State.String(), MaxRetry: t.MaxRetry, Retried: t.Retried,
 		LastError: clipText(t.LastErr, errCap), LastFailedAt: unixMS(t.LastFailedAt), TimeoutS: t.Timeout.Seconds(),
 		Deadline: unixMS(t.Deadline), NextProcessAt: unixMS(t.NextProcessAt), CompletedAt: unixMS(t.CompletedAt),
-		Orphaned: t.IsOrphaned, PayloadSize: len(t.Payload),
+		Orphaned: t.IsOrphaned, PayloadSize: len(t.Payload), RetentionS: t.Retention.Seconds(), ResultSize: len(t.Result),
+	}
+	if !t.CompletedAt.IsZero() {
+		j.RetainedUntil = unixMS(t.CompletedAt.Add(t.Retention))
+	}
+	switch {
+	case len(t.Result) == 0:
+	case len(t.Result) > payloadCap:
+		j.ResultTruncated = true
+	case json.Valid(t.Result):
+		j.Result = json.RawMessage(t.Result)
+	default:
+		j.ResultBase64 = base64.StdEncoding.EncodeToString(t.Result)
 	}
 	switch {
 	case len(t.Payload) == 0:
@@ -170,13 +193,14 @@ type JobActionOutput struct{ Body JobAction }
 
 // EnqueueRequest describes a job to enqueue.
 type EnqueueRequest struct {
-	Type           string          `json:"type" minLength:"1" maxLength:"200" pattern:"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$" example:"demo:sleep" doc:"Task type"`
-	Payload        json.RawMessage `json:"payload,omitempty" doc:"Any JSON value, handed to the handler as its bytes"`
-	TaskID         string          `json:"task_id,omitempty" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9._-]*$" doc:"Task id; default a random UUID. 409 if a task with this id exists"`
-	MaxRetry       *int            `json:"max_retry,omitempty" minimum:"0" maximum:"1000" doc:"Retries for handler errors (asynq's default 25)"`
-	DelaySeconds   float64         `json:"delay_seconds,omitempty" minimum:"0" maximum:"31536000" doc:"Run no sooner than this many seconds from now"`
-	TimeoutSeconds float64         `json:"timeout_seconds,omitempty" minimum:"0" maximum:"604800" doc:"Per-attempt timeout; default the pool's task_timeout"`
-	UniqueSeconds  float64         `json:"unique_seconds,omitempty" minimum:"0" maximum:"604800" doc:"Refuse (409) a task of the same type and payload in this queue for this long"`
+	Type             string          `json:"type" minLength:"1" maxLength:"200" pattern:"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$" example:"demo:sleep" doc:"Task type"`
+	Payload          json.RawMessage `json:"payload,omitempty" doc:"Any JSON value, handed to the handler as its bytes"`
+	TaskID           string          `json:"task_id,omitempty" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9._-]*$" doc:"Task id; default a random UUID. 409 if a task with this id exists"`
+	MaxRetry         *int            `json:"max_retry,omitempty" minimum:"0" maximum:"1000" doc:"Retries for handler errors (asynq's default 25)"`
+	DelaySeconds     float64         `json:"delay_seconds,omitempty" minimum:"0" maximum:"31536000" doc:"Run no sooner than this many seconds from now"`
+	TimeoutSeconds   float64         `json:"timeout_seconds,omitempty" minimum:"0" maximum:"604800" doc:"Per-attempt timeout; default the pool's task_timeout"`
+	UniqueSeconds    float64         `json:"unique_seconds,omitempty" minimum:"0" maximum:"604800" doc:"Refuse (409) a task of the same type and payload in this queue for this long"`
+	RetentionSeconds float64         `json:"retention_seconds,omitempty" minimum:"0" maximum:"31536000" doc:"Keep it this long once completed (asynq's Retention); default the pool's retention"`
 }
 
 // EnqueueInput is the enqueue operation's input.
@@ -337,6 +361,9 @@ func (s *server) enqueue(ctx context.Context, in *EnqueueInput) (*CreatedJobOutp
 	}
 	if b.DelaySeconds > 0 {
 		opts = append(opts, asynq.ProcessIn(seconds(b.DelaySeconds)))
+	}
+	if b.RetentionSeconds > 0 {
+		opts = append(opts, asynq.Retention(seconds(b.RetentionSeconds)))
 	}
 	if b.TimeoutSeconds > 0 {
 		opts = append(opts, asynq.Timeout(seconds(b.TimeoutSeconds)))

@@ -105,6 +105,13 @@ type Config struct {
 	// TaskTimeouts are the pools' task timeouts, given to jobs enqueued
 	// without one.
 	TaskTimeouts map[string]time.Duration
+	// MaxTaskTimeouts are the pools' max_task_timeout (absent: no cap),
+	// for the effective timeout a job's detail shows.
+	MaxTaskTimeouts map[string]time.Duration
+	// Retentions are the pools' retention, given to jobs enqueued through
+	// the API without one (asynq's Retention: how long a completed job
+	// answers).
+	Retentions map[string]time.Duration
 	// SessionTTL is the dashboard cookie's lifetime (default
 	// SessionTTLDefault).
 	SessionTTL time.Duration
@@ -207,7 +214,7 @@ func New(cfg Config) (*Server, error) {
 		reads:  semaphore.NewWeighted(cfg.ReadBudget),
 		insp:   asynq.NewInspectorFromRedisClient(cfg.Store.Client()),
 		jobs: queue.NewClient(cfg.Store, queue.ClientConfig{Queues: cfg.Queues, MaxPayload: cfg.MaxPayload,
-			TaskTimeouts: cfg.TaskTimeouts, Logger: cfg.Logger, Clock: cfg.Clock, Durable: cfg.DurableEnqueue}),
+			TaskTimeouts: cfg.TaskTimeouts, Retentions: cfg.Retentions, Logger: cfg.Logger, Clock: cfg.Clock, Durable: cfg.DurableEnqueue}),
 		schedules: cfg.Schedules,
 	}
 	if s.schedules == nil {

@@ -144,11 +144,18 @@ type Alerts struct {
 
 // Pool is one pool.
 type Pool struct {
-	Queue                string            `yaml:"queue"`
-	Workers              int               `yaml:"workers"`
-	Command              []string          `yaml:"command"`
-	Concurrency          int               `yaml:"concurrency"`
-	TaskTimeout          Duration          `yaml:"task_timeout"`
+	Queue       string   `yaml:"queue"`
+	Workers     int      `yaml:"workers"`
+	Command     []string `yaml:"command"`
+	Concurrency int      `yaml:"concurrency"`
+	TaskTimeout Duration `yaml:"task_timeout"`
+	// MaxTaskTimeout caps every task's timeout, its own included (0: no
+	// cap).
+	MaxTaskTimeout Duration `yaml:"max_task_timeout"`
+	// Retention is how long asynq keeps a job enqueued through Vigil once
+	// it completed (asynq's Retention; a job's own option wins). 0: not
+	// kept.
+	Retention            Duration          `yaml:"retention"`
 	Env                  map[string]string `yaml:"env"`
 	Backpressure         Backpressure      `yaml:"backpressure"`
 	KeepScratchOnSuccess bool              `yaml:"keep_scratch_on_success"`
@@ -310,6 +317,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s.concurrency must be >= 1", f)
 		case p.TaskTimeout <= 0:
 			return fmt.Errorf("%s.task_timeout must be > 0", f)
+		case p.MaxTaskTimeout < 0 || p.Retention < 0:
+			return fmt.Errorf("%s: max_task_timeout and retention must be >= 0", f)
 		case p.Backpressure.HighWatermark < 0 || p.Backpressure.LoadThreshold < 0 || p.Backpressure.PauseInterval <= 0:
 			return fmt.Errorf("%s.backpressure: values must be >= 0 and pause_interval > 0", f)
 		case p.MaxConsecutiveFailures < 0:
@@ -387,6 +396,9 @@ func (c Config) SupervisorPools() []supervisor.Pool {
 		}
 		if p.MaxConsecutiveFailures > 0 {
 			env[health.EnvMaxConsecutiveFailures] = strconv.Itoa(p.MaxConsecutiveFailures)
+		}
+		if p.MaxTaskTimeout > 0 {
+			env[health.EnvMaxTaskTimeout] = p.MaxTaskTimeout.String()
 		}
 		if p.ResultsDir != "" { // queue.Publish
 			env[health.EnvResultsDir] = p.ResultsDir

@@ -181,6 +181,33 @@ func (e JobState) Valid() bool {
 	}
 }
 
+// Defines values for JobTimeoutSource.
+const (
+	JobTimeoutSourceAsynqDefault   JobTimeoutSource = "asynq_default"
+	JobTimeoutSourceDeadline       JobTimeoutSource = "deadline"
+	JobTimeoutSourceMaxTaskTimeout JobTimeoutSource = "max_task_timeout"
+	JobTimeoutSourcePool           JobTimeoutSource = "pool"
+	JobTimeoutSourceTask           JobTimeoutSource = "task"
+)
+
+// Valid indicates whether the value is a known member of the JobTimeoutSource enum.
+func (e JobTimeoutSource) Valid() bool {
+	switch e {
+	case JobTimeoutSourceAsynqDefault:
+		return true
+	case JobTimeoutSourceDeadline:
+		return true
+	case JobTimeoutSourceMaxTaskTimeout:
+		return true
+	case JobTimeoutSourcePool:
+		return true
+	case JobTimeoutSourceTask:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobActionAction.
 const (
 	JobActionActionCancel JobActionAction = "cancel"
@@ -561,6 +588,9 @@ type EnqueueRequest struct {
 	// Payload Any JSON value, handed to the handler as its bytes
 	Payload interface{} `json:"payload,omitempty"`
 
+	// RetentionSeconds Keep it this long once completed (asynq's Retention); default the pool's retention
+	RetentionSeconds *float64 `json:"retention_seconds,omitempty"`
+
 	// TaskId Task id; default a random UUID. 409 if a task with this id exists
 	TaskId *string `json:"task_id,omitempty"`
 
@@ -835,6 +865,9 @@ type Job struct {
 	// Deadline Deadline (Unix ms)
 	Deadline *int64 `json:"deadline,omitempty"`
 
+	// EffectiveTimeoutSeconds The per-attempt timeout a worker of this pool applies (job detail only): the task's own, else the pool's task_timeout, capped by max_task_timeout; absent when only the deadline bounds it
+	EffectiveTimeoutSeconds *float64 `json:"effective_timeout_seconds,omitempty"`
+
 	// Id Task id
 	//
 	// Example: 5b9c4a1e-8f2d-4c1a-9a51-0c2f4b8e6d71
@@ -882,6 +915,24 @@ type Job struct {
 	// Queue Example: tag
 	Queue string `json:"queue"`
 
+	// Result Completed: what the handler wrote with ResultWriter, when it is JSON and shown whole
+	Result interface{} `json:"result,omitempty"`
+
+	// ResultBase64 Completed: the result, base64-encoded, when it is not JSON and shown whole
+	ResultBase64 *string `json:"result_base64,omitempty"`
+
+	// ResultSize The result's size in bytes
+	ResultSize *int64 `json:"result_size,omitempty"`
+
+	// ResultTruncated The result is longer than this answer shows
+	ResultTruncated *bool `json:"result_truncated,omitempty"`
+
+	// RetainedUntil Completed: when asynq deletes it, after which the job route answers 404 (Unix ms)
+	RetainedUntil *int64 `json:"retained_until,omitempty"`
+
+	// RetentionSeconds How long asynq keeps it once completed (its Retention; jobs enqueued through Vigil get the pool's retention)
+	RetentionSeconds *float64 `json:"retention_seconds,omitempty"`
+
 	// Retried Retries so far
 	//
 	// Example: 0
@@ -901,8 +952,11 @@ type Job struct {
 	// State Example: pending
 	State JobState `json:"state"`
 
-	// TimeoutSeconds Per-attempt timeout in seconds
+	// TimeoutSeconds The task's own per-attempt timeout in seconds (asynq gives 1800 to a task enqueued with neither timeout nor deadline)
 	TimeoutSeconds *float64 `json:"timeout_seconds,omitempty"`
+
+	// TimeoutSource Where effective_timeout_seconds comes from (job detail only): the task's own timeout or deadline, the pool's task_timeout (the task had asynq's implicit 30 minutes), asynq's 30 minutes, or the pool's max_task_timeout
+	TimeoutSource *JobTimeoutSource `json:"timeout_source,omitempty"`
 
 	// Toxic Archived because it crashed its workers too often (DESIGN.md §6)
 	Toxic bool `json:"toxic"`
@@ -920,6 +974,9 @@ type Job struct {
 
 // JobState Example: pending
 type JobState string
+
+// JobTimeoutSource Where effective_timeout_seconds comes from (job detail only): the task's own timeout or deadline, the pool's task_timeout (the task had asynq's implicit 30 minutes), asynq's 30 minutes, or the pool's max_task_timeout
+type JobTimeoutSource string
 
 // JobAction defines model for JobAction.
 type JobAction struct {
