@@ -55,10 +55,14 @@ var (
 type scenario struct {
 	name  string
 	start func(t *testing.T) (url string, fault func(ctx context.Context) (time.Time, testtopo.Switch, error))
+	// stopHost: host b is stopped gracefully (SIGTERM) as the fault is
+	// injected; it must exit 0 within stop_timeout + 2 s, its workers
+	// finishing or handing back their jobs.
+	stopHost bool
 }
 
 var scenarios = []scenario{
-	{"sentinel/failover", func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
+	{name: "sentinel/failover", start: func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
 		s := testtopo.StartSentinel(t, sentinelPorts, testtopo.SentinelConfig{})
 		return s.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
 			at, err := s.Failover(ctx)
@@ -69,7 +73,7 @@ var scenarios = []scenario{
 			return at, sw, err
 		}
 	}},
-	{"sentinel/kill", func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
+	{name: "sentinel/kill", start: func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
 		s := testtopo.StartSentinel(t, sentinelPorts, testtopo.SentinelConfig{})
 		return s.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
 			at := s.Master.Kill()
@@ -81,12 +85,20 @@ var scenarios = []scenario{
 		}
 	}},
 	clusterKill("cluster/kill-queue", "asynq:{"+queueName+"}:pending"),
+	{name: "sentinel/kill-during-shutdown", stopHost: true, start: func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
+		s := testtopo.StartSentinel(t, sentinelPorts, testtopo.SentinelConfig{})
+		return s.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
+			at := s.Master.Kill()
+			sw, err := s.WaitNewMaster(ctx)
+			return at, sw, err
+		}
+	}},
 	clusterKill("cluster/kill-events", "vigil:events"),
 }
 
 // clusterKill SIGKILLs the master of the shard that holds key.
 func clusterKill(name, key string) scenario {
-	return scenario{name, func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
+	return scenario{name: name, start: func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
 		c := testtopo.StartCluster(t, clusterPorts, testtopo.ClusterConfig{})
 		return c.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
 			sh, err := c.ShardOf(ctx, key)
@@ -115,6 +127,8 @@ type result struct {
 	APIBackMS map[string]int64 `json:"api_back_ms"`
 	JobBackMS int64            `json:"job_back_ms"`
 	WorkingMS int64            `json:"working_ms"`
+	// ShutdownMS: how long host b took to stop (stopHost scenarios).
+	ShutdownMS int64 `json:"shutdown_ms,omitempty"`
 	// Damage.
 	APIErrors      int            `json:"api_errors"`
 	Accepted       int            `json:"accepted"`
@@ -205,6 +219,8 @@ func runScenario(t *testing.T, sc scenario, run int) {
 				select {
 				case <-stopEnq:
 					return
+				case <-h.done:
+					return // stopped by the scenario
 				case <-tick.C:
 				}
 				a := answer{host: h.id, sent: time.Now()}
@@ -224,6 +240,15 @@ func runScenario(t *testing.T, sc scenario, run int) {
 	time.Sleep(warmUp) // jobs flow before the fault
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	stopped := make(chan time.Duration, 1)
+	stopAt := time.Now()
+	if sc.stopHost {
+		go func() {
+			start := time.Now()
+			hosts[1].stop(30 * time.Second)
+			stopped <- time.Since(start)
+		}()
+	}
 	faultAt, sw, err := fault(ctx)
 	if err != nil {
 		close(stopEnq)
@@ -250,6 +275,9 @@ func runScenario(t *testing.T, sc scenario, run int) {
 	accepted := map[string]answer{}
 	lastFail := map[string]time.Time{}
 	for _, a := range answers {
+		if sc.stopHost && a.host == hosts[1].id && a.sent.After(stopAt) {
+			continue // host b is shutting down: its refusals are expected
+		}
 		if a.code == http.StatusCreated && a.id != "" {
 			accepted[a.id] = a
 			continue
@@ -259,7 +287,16 @@ func runScenario(t *testing.T, sc scenario, run int) {
 			lastFail[a.host] = a.answered
 		}
 	}
-	for _, h := range hosts {
+	live := hosts
+	if sc.stopHost {
+		live = hosts[:1]
+		d := <-stopped
+		res.ShutdownMS = d.Milliseconds()
+		if code := hosts[1].cmd.ProcessState.ExitCode(); code != 0 || d > 7*time.Second {
+			t.Errorf("host b stopped during the failover: exit %d after %s, want 0 within stop_timeout (5s) + 2s", code, d.Round(time.Millisecond))
+		}
+	}
+	for _, h := range live {
 		from := tNew
 		if lastFail[h.id].After(from) {
 			from = lastFail[h.id]
