@@ -38,7 +38,7 @@ var (
 	keptTotalDesc    = prometheus.NewDesc("vigil_worker_kept_outcomes_total", "Kept task outcomes by result: written, stale (written already or taken by someone else), dropped (past the bound: the task runs again).", append(wLabels, "result"), nil)
 	leaseSkipsDesc   = prometheus.NewDesc("vigil_worker_lease_recovery_skips_total", "Tasks asynq's lease recovery would have retried while their owner process was alive.", wLabels, nil)
 	recDroppedDesc   = prometheus.NewDesc("vigil_worker_records_dropped_total", "Task records and events dropped while Redis was away, past the bound of those held.", wLabels, nil)
-	retriesDesc      = prometheus.NewDesc("vigil_worker_retry_attempts_total", "Failed job attempts by code (RETRY: asynq retries it; RETRIES_EXHAUSTED, NON_RETRYABLE, NO_HANDLER, REVOKED: final).", append(wLabels, "code"), nil)
+	retriesDesc      = prometheus.NewDesc("vigil_worker_retry_attempts_total", "Failed job attempts by code (RETRY: asynq retries it; NO_HANDLER: no handler knows the type, retried per MaxRetry then archived; RETRIES_EXHAUSTED, NON_RETRYABLE, REVOKED: final).", append(wLabels, "code"), nil)
 
 	qJobsDesc     = prometheus.NewDesc("vigil_queue_jobs", "Jobs in the queue by state, from asynq (cluster-wide: the same on every host).", []string{"queue", "state"}, nil)
 	qLatencyDesc  = prometheus.NewDesc("vigil_queue_latency_seconds", "Age of the queue's oldest pending job, from asynq (cluster-wide).", []string{"queue"}, nil)

@@ -48,6 +48,9 @@ type jobError struct {
 	msg  string
 	err  error
 	skip bool
+	// retrying marks a coded failure that asynq retries (NO_HANDLER with
+	// retries left): its event is not final.
+	retrying bool
 }
 
 func (e *jobError) Error() string {

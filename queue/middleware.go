@@ -75,7 +75,11 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 	} else if h, ok := w.handlers[t.Type()]; ok {
 		err = w.run(ctx, j, h, t)
 	} else {
-		err = &jobError{code: CodeNoHandler, err: fmt.Errorf("no handler for task type %q in queue %q", t.Type(), w.q), skip: true}
+		// Retried per the task's MaxRetry like any error, archived when
+		// they run out, as asynq does: in a rolling deploy a new task
+		// type may reach a worker that does not know it yet.
+		err = &jobError{code: CodeNoHandler, err: fmt.Errorf("no handler for task type %q in queue %q", t.Type(), w.q),
+			retrying: j.retried < j.maxRetry}
 	}
 	return w.finish(ctx, j, err)
 }
@@ -231,7 +235,7 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 		if errors.As(ret, &je) {
 			ev.Code = je.code
 		}
-		ev.Final = ev.Code != ""
+		ev.Final = ev.Code != "" && (je == nil || !je.retrying)
 		w.metrics.JobsFailed.Add(1)
 		w.metrics.countFailure(ev.Code)
 		// A handler's failure (not a missing handler: a fresh process

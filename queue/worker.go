@@ -174,7 +174,8 @@ func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, er
 // an asynq.Server for the pool's queue with the configured concurrency,
 // the heartbeater, and a middleware that records running tasks, durations,
 // progress and crash accounting around handlers (task type → handler; a
-// type with no handler fails that task, not the worker).
+// type with no handler fails that attempt with NO_HANDLER, and asynq
+// retries it per its MaxRetry, as any error).
 //
 // When ctx ends it stops dequeuing, lets running tasks finish within
 // Env.ShutdownTimeout, requeues the others (event aborted:shutdown) and

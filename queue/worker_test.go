@@ -104,8 +104,10 @@ func TestFailures(t *testing.T) {
 		{"non-retryable fails at once", "bad", []asynq.Option{asynq.MaxRetry(5)},
 			states(created, processing, failed), queue.CodeNonRetryable,
 			"NON_RETRYABLE: INPUT_TOO_LARGE: non-retryable"},
-		{"no handler fails that task only", "nobody", []asynq.Option{asynq.MaxRetry(5)},
-			states(created, processing, failed), queue.CodeNoHandler,
+		// An unknown type is retried per MaxRetry (a rolling deploy), then
+		// archived, as asynq does.
+		{"no handler: retried, then archived", "nobody", []asynq.Option{asynq.MaxRetry(2)},
+			states(created, processing, failed, processing, failed, processing, failed), queue.CodeNoHandler,
 			`NO_HANDLER: no handler for task type "nobody" in queue "` + e.q + `"`},
 		{"panic is a failure, not a crash", "panics", []asynq.Option{asynq.MaxRetry(0)},
 			states(created, processing, failed), queue.CodeRetriesExhausted, "RETRIES_EXHAUSTED: panic: boom"},
@@ -140,7 +142,7 @@ func TestFailures(t *testing.T) {
 	w := e.watch()
 	id := e.enqueue(c, "ok", "")
 	w.untilJob(id, done)
-	if m := cfg.Metrics; m.RetriesExhausted.Load() != 2 || m.JobsDone.Load() != 1 {
+	if m := cfg.Metrics; m.RetriesExhausted.Load() != 2 || m.JobsDone.Load() != 1 || m.NoHandler.Load() != 3 {
 		t.Fatalf("metrics %v", m.Snapshot())
 	}
 }
