@@ -62,6 +62,12 @@ type WorkerView struct {
 	FailureReason    string  `json:"failure_reason,omitempty"`
 	LastRestart      int64   `json:"last_restart,omitempty"`
 	RecentCrashes    []int64 `json:"recent_crashes,omitempty"`
+	// An operator's pause of this worker (WorkerPause; the admin API fills
+	// these in, the supervisor's events leave them out).
+	Paused      bool   `json:"paused,omitempty"`
+	PausedBy    string `json:"paused_by,omitempty"`
+	PausedAt    int64  `json:"paused_at,omitempty"`
+	PauseReason string `json:"pause_reason,omitempty"`
 }
 
 func unixMS(t time.Time) int64 {

@@ -106,6 +106,11 @@ func (k Keys) Crashes(c ComponentID) string { return k.tagged("restarts", c) + "
 // metrics of the host that holds the component.
 func (k Keys) WorkerStats(c ComponentID) string { return k.tagged("wstats", c) }
 
+// WorkerPause is set while component c's worker is paused by an operator
+// (it takes no task): "<unix ms>\t<by>\t<reason>". It outlives the
+// worker's process and its supervisor.
+func (k Keys) WorkerPause(c ComponentID) string { return k.tagged("wpause", c) }
+
 // Slot is the slot lease of the component.
 func (k Keys) Slot(c ComponentID) string { return k.tagged("slot", c) }
 

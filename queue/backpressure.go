@@ -110,3 +110,16 @@ func hostLoad() (float64, error) {
 	}
 	return v / float64(runtime.NumCPU()), nil
 }
+
+// setPaused opens or closes the operator's gate of this worker (package
+// health's WorkerPause, read by the reporter): a paused worker takes no
+// task, keeps beating and finishes what it runs.
+func (w *worker) setPaused(paused bool) {
+	if w.hook.paused.Swap(paused) != paused {
+		if paused {
+			w.log.Info("paused by an operator: this worker takes no task until resumed")
+		} else {
+			w.log.Info("resumed by an operator: taking tasks again")
+		}
+	}
+}

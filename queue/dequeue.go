@@ -92,6 +92,8 @@ const refusedPause = time.Second
 // it is not.
 func (h *redisHook) gateClosed() string {
 	switch {
+	case h.paused.Load():
+		return "worker paused"
 	case h.closed.Load():
 		return "backpressure"
 	case !h.link.isUp():
@@ -114,7 +116,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		return next(ctx, cmd)
 	}
 	if why := h.gateClosed(); why != "" {
-		if why == "backpressure" {
+		if why == "backpressure" || why == "worker paused" {
 			h.metrics.DequeueSkips.Add(1)
 			if h.onSkip != nil {
 				h.onSkip()

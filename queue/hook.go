@@ -58,6 +58,7 @@ type redisHook struct {
 	onSkip   func()               // tests: called when a dequeue is refused
 	onTry    func(got bool)       // tests: called after each dequeue
 	closed   atomic.Bool          // backpressure: refuse dequeues
+	paused   atomic.Bool          // an operator paused this worker: refuse dequeues
 	warnOnce sync.Once
 
 	// dq is held (read) by every dequeue for its whole call, and (write) by

@@ -61,11 +61,16 @@ type reporter struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	sent     map[string]int64 // what earlier reports added
+	// pauseKey is read in the same round trip: paused hears whether an
+	// operator paused this worker.
+	pauseKey string
+	paused   func(bool)
 }
 
 func (w *worker) newReporter(hb *health.Heartbeater) *reporter {
 	return &reporter{rdb: w.rdb, key: w.store.Keys().WorkerStats(w.id), metrics: w.metrics, hb: hb,
-		interval: w.env.HeartbeatInterval, clock: w.clock, log: w.log, sent: map[string]int64{}}
+		interval: w.env.HeartbeatInterval, clock: w.clock, log: w.log, sent: map[string]int64{},
+		pauseKey: w.store.Keys().WorkerPause(w.id), paused: w.setPaused}
 }
 
 // counts is what the process has counted so far, by field.
@@ -111,10 +116,14 @@ func (r *reporter) report(ctx context.Context) error {
 		}
 	}
 	pipe.HSet(ctx, r.key, StatInflight, r.metrics.InflightJobs.Load(), StatKept, r.metrics.KeptOutcomes.Load())
+	paused := pipe.Exists(ctx, r.pauseKey)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("report worker stats: %w", err)
 	}
 	r.sent = now
+	if r.paused != nil {
+		r.paused(paused.Val() > 0)
+	}
 	return nil
 }
 

@@ -288,6 +288,11 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 		<-avgDone
 		w.flushAverage() // what the last second gathered
 	}()
+	// A worker an operator paused takes no task from its first dequeue on
+	// (then the reporter reads the pause every heartbeat interval).
+	if n, err := rdb.Exists(ctx, w.store.Keys().WorkerPause(w.id)).Result(); err == nil {
+		w.setPaused(n > 0)
+	}
 	if err := srv.Start(asynq.HandlerFunc(w.process)); err != nil {
 		return fmt.Errorf("start asynq server for %s: %w", w.id, err)
 	}

@@ -68,6 +68,7 @@ func route[I, O any](api huma.API, a access, op huma.Operation, h func(context.C
 func (s *server) register(api huma.API) {
 	s.registerHealth(api)
 	s.registerWorkers(api)
+	s.registerWorkerPause(api)
 	s.registerQueues(api)
 	s.registerJobs(api)
 	s.registerSession(api)

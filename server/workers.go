@@ -33,6 +33,10 @@ type Worker struct {
 	FailureReason    string  `json:"failure_reason,omitempty" example:"5 crashes within 5m0s" doc:"Why it was marked failed"`
 	LastRestart      int64   `json:"last_restart,omitempty" example:"1790000000500" doc:"When the last counted restart was decided (Unix ms)"`
 	RecentCrashes    []int64 `json:"recent_crashes,omitempty" example:"[1790000000000]" doc:"Times of the counted crashes in the restart policy's window, oldest first (Unix ms): the window the policy judges"`
+	Paused           bool    `json:"paused,omitempty" doc:"Paused by an operator (POST .../pause): the worker takes no task, keeps beating and finishes what it runs; survives its restarts"`
+	PausedBy         string  `json:"paused_by,omitempty" example:"alice" doc:"Who paused it"`
+	PausedAt         int64   `json:"paused_at,omitempty" doc:"When it was paused (Unix ms)"`
+	PauseReason      string  `json:"pause_reason,omitempty" example:"disk check" doc:"Why"`
 }
 
 func workerOf(c health.Component) Worker { return Worker(c.View()) }
@@ -64,7 +68,7 @@ type WorkerOutput struct{ Body Worker }
 
 // WorkerAction is the answer to an action on a worker.
 type WorkerAction struct {
-	Action  string `json:"action" enum:"restart,stop,reset" example:"restart" doc:"What was done"`
+	Action  string `json:"action" enum:"restart,stop,reset,pause,resume" example:"restart" doc:"What was done"`
 	Message string `json:"message" example:"worker:tag:0 restarted" doc:"What happened, for people"`
 	Worker  Worker `json:"worker" doc:"The worker's state once the action was written"`
 }
@@ -134,6 +138,9 @@ func (s *server) listWorkers(ctx context.Context, _ *struct{}) (*WorkersOutput, 
 	for i, c := range cs {
 		out.Body.Workers[i] = workerOf(c)
 	}
+	if err := s.withPauses(ctx, out.Body.Workers); err != nil {
+		return nil, s.fail(ctx, "list workers", err)
+	}
 	return out, nil
 }
 
@@ -146,7 +153,11 @@ func (s *server) getWorker(ctx context.Context, in *ComponentParam) (*WorkerOutp
 	if err != nil {
 		return nil, s.fail(ctx, "read "+id.String(), err)
 	}
-	return &WorkerOutput{Body: workerOf(c)}, nil
+	w := []Worker{workerOf(c)}
+	if err := s.withPauses(ctx, w); err != nil {
+		return nil, s.fail(ctx, "read "+id.String(), err)
+	}
+	return &WorkerOutput{Body: w[0]}, nil
 }
 
 func (s *server) workerLogs(ctx context.Context, in *ComponentParam) (*LogsOutput, error) {

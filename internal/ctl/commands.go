@@ -122,6 +122,9 @@ func (c *cli) queues(ctx context.Context) error {
 }
 
 func (c *cli) pause(ctx context.Context, pause bool, q []string) error {
+	if len(q) == 1 && strings.HasPrefix(q[0], "worker:") {
+		return c.pauseWorker(ctx, pause, q[0])
+	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	var (
@@ -162,6 +165,38 @@ func (c *cli) pause(ctx context.Context, pause bool, q []string) error {
 		return c.printJSON(b)
 	}
 	fmt.Fprintln(c.out, resp.Message)
+	return nil
+}
+
+// pauseWorker pauses or resumes one worker (pause worker:tag:0).
+func (c *cli) pauseWorker(ctx context.Context, pause bool, component string) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	var (
+		b   []byte
+		wa  *client.WorkerAction
+		err error
+	)
+	if pause {
+		var r *client.PauseWorkerResponse
+		r, err = c.api.PauseWorkerWithResponse(ctx, component, &client.PauseWorkerParams{By: opt(c.o.by), Reason: opt(c.o.reason)})
+		if err = c.check(err, func() (*http.Response, []byte) { return r.HTTPResponse, r.Body }); err == nil {
+			b, wa = r.Body, r.JSON200
+		}
+	} else {
+		var r *client.ResumeWorkerResponse
+		r, err = c.api.ResumeWorkerWithResponse(ctx, component, &client.ResumeWorkerParams{})
+		if err = c.check(err, func() (*http.Response, []byte) { return r.HTTPResponse, r.Body }); err == nil {
+			b, wa = r.Body, r.JSON200
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if c.o.json {
+		return c.printJSON(b)
+	}
+	fmt.Fprintln(c.out, wa.Message)
 	return nil
 }
 

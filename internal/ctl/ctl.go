@@ -37,8 +37,9 @@ Commands:
   status                  the cluster's health, workers by status, queues
   workers                 every worker: status, host, pid, restarts, last exit
   queues                  every queue: pending, running, done, failed, paused
-  pause [queue]           pause every queue, or one
-  resume [queue]          resume every queue, or one
+  pause [queue|worker]    pause every queue, one queue, or one worker (e.g. worker:tag:0: it takes no
+                          new task, its queue and the other workers go on)
+  resume [queue|worker]   resume every queue, one queue, or one worker
   restart <component>     restart a worker (also a failed or held one), e.g. worker:tag:0
   reset <component>       clear a worker's restart counters; it stays stopped (--restart: start it)
   events [topic…]         follow the live events (all, or topic patterns such as worker:*:status)

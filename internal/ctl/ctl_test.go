@@ -157,3 +157,27 @@ func TestResumeAsynqPause(t *testing.T) {
 	}
 	l.must([]string{"asynq's tools had already resumed it"}, "resume", "tag")
 }
+
+// pause worker:<queue>:<slot> pauses that worker only; resume lifts it.
+func TestPauseOneWorker(t *testing.T) {
+	l := newLive(t)
+	l.must([]string{"worker:tag:0 paused", "no new task"}, "pause", "worker:tag:0", "--reason", "disk check")
+	l.must([]string{"already"}, "pause", "worker:tag:0")
+	var a struct {
+		Worker struct {
+			Paused      bool   `json:"paused"`
+			PauseReason string `json:"pause_reason"`
+		} `json:"worker"`
+	}
+	decode(t, l.must(nil, "pause", "worker:tag:0", "--json"), &a)
+	if !a.Worker.Paused || a.Worker.PauseReason != "disk check" {
+		t.Fatalf("pause --json: %+v", a)
+	}
+	if out := l.must(nil, "queues"); strings.Contains(lineOf(out, "tag "), "yes") {
+		t.Fatalf("a worker's pause paused its queue:\n%s", out)
+	}
+	l.must([]string{"worker:tag:0 resumed"}, "resume", "worker:tag:0")
+	if code, _, errs := l.ctl("pause", "worker:tag:99"); code != 1 || !strings.Contains(errs, "404") {
+		t.Fatalf("pause an unknown worker: exit %d, %s", code, errs)
+	}
+}

@@ -465,17 +465,23 @@ func (e WorkerStatus) Valid() bool {
 
 // Defines values for WorkerActionAction.
 const (
+	WorkerActionActionPause   WorkerActionAction = "pause"
 	WorkerActionActionReset   WorkerActionAction = "reset"
 	WorkerActionActionRestart WorkerActionAction = "restart"
+	WorkerActionActionResume  WorkerActionAction = "resume"
 	WorkerActionActionStop    WorkerActionAction = "stop"
 )
 
 // Valid indicates whether the value is a known member of the WorkerActionAction enum.
 func (e WorkerActionAction) Valid() bool {
 	switch e {
+	case WorkerActionActionPause:
+		return true
 	case WorkerActionActionReset:
 		return true
 	case WorkerActionActionRestart:
+		return true
+	case WorkerActionActionResume:
 		return true
 	case WorkerActionActionStop:
 		return true
@@ -1574,6 +1580,22 @@ type Worker struct {
 	// Example: 3
 	LifetimeRestarts int64 `json:"lifetime_restarts"`
 
+	// PauseReason Why
+	//
+	// Example: disk check
+	PauseReason *string `json:"pause_reason,omitempty"`
+
+	// Paused Paused by an operator (POST .../pause): the worker takes no task, keeps beating and finishes what it runs; survives its restarts
+	Paused *bool `json:"paused,omitempty"`
+
+	// PausedAt When it was paused (Unix ms)
+	PausedAt *int64 `json:"paused_at,omitempty"`
+
+	// PausedBy Who paused it
+	//
+	// Example: alice
+	PausedBy *string `json:"paused_by,omitempty"`
+
 	// Pid Process id on that host
 	//
 	// Example: 4242
@@ -1733,10 +1755,28 @@ type PauseQueueParams struct {
 	Reason *string `form:"reason,omitempty" json:"reason,omitempty"`
 }
 
+// PauseWorkerParams defines parameters for PauseWorker.
+type PauseWorkerParams struct {
+	// By Who asks (shown as paused_who), e.g. a user name
+	By *string `form:"by,omitempty" json:"by,omitempty"`
+
+	// Reason Why (shown as pause_reason)
+	Reason *string `form:"reason,omitempty" json:"reason,omitempty"`
+}
+
 // ResetWorkerParams defines parameters for ResetWorker.
 type ResetWorkerParams struct {
 	// Restart Start the worker again right after the reset
 	Restart *bool `form:"restart,omitempty" json:"restart,omitempty"`
+}
+
+// ResumeWorkerParams defines parameters for ResumeWorker.
+type ResumeWorkerParams struct {
+	// By Who asks (shown as paused_who), e.g. a user name
+	By *string `form:"by,omitempty" json:"by,omitempty"`
+
+	// Reason Why (shown as pause_reason)
+	Reason *string `form:"reason,omitempty" json:"reason,omitempty"`
 }
 
 // SetPoolSizeJSONRequestBody defines body for SetPoolSize for application/json ContentType.
@@ -2122,6 +2162,13 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/workers/{component}/logs (the `GetWorkerLogs` operationId).
 	GetWorkerLogs(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// PauseWorker Pause one worker
+	//
+	// The worker takes no new task (its queue and the other workers go on), keeps beating and finishes what it runs; the pause survives the worker's restarts and its supervisor's until a resume. 200 also when it was paused (the first pause's who and why stay).
+	//
+	// Corresponds with POST /api/v1/workers/{component}/pause (the `PauseWorker` operationId).
+	PauseWorker(ctx context.Context, component string, params *PauseWorkerParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ResetWorker Reset a worker
 	//
 	// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.
@@ -2135,6 +2182,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/workers/{component}/restart (the `RestartWorker` operationId).
 	RestartWorker(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeWorker Resume a paused worker
+	//
+	// It takes tasks again at its next report (a heartbeat interval). 200 also when it was not paused.
+	//
+	// Corresponds with POST /api/v1/workers/{component}/resume (the `ResumeWorker` operationId).
+	ResumeWorker(ctx context.Context, component string, params *ResumeWorkerParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StopWorker Stop a worker
 	//
@@ -2842,6 +2896,23 @@ func (c *Client) GetWorkerLogs(ctx context.Context, component string, reqEditors
 	return c.Client.Do(req)
 }
 
+// PauseWorker Pause one worker
+//
+// The worker takes no new task (its queue and the other workers go on), keeps beating and finishes what it runs; the pause survives the worker's restarts and its supervisor's until a resume. 200 also when it was paused (the first pause's who and why stay).
+//
+// Corresponds with POST /api/v1/workers/{component}/pause (the `PauseWorker` operationId).
+func (c *Client) PauseWorker(ctx context.Context, component string, params *PauseWorkerParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseWorkerRequest(c.Server, component, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ResetWorker Reset a worker
 //
 // Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.
@@ -2866,6 +2937,23 @@ func (c *Client) ResetWorker(ctx context.Context, component string, params *Rese
 // Corresponds with POST /api/v1/workers/{component}/restart (the `RestartWorker` operationId).
 func (c *Client) RestartWorker(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRestartWorkerRequest(c.Server, component)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeWorker Resume a paused worker
+//
+// It takes tasks again at its next report (a heartbeat interval). 200 also when it was not paused.
+//
+// Corresponds with POST /api/v1/workers/{component}/resume (the `ResumeWorker` operationId).
+func (c *Client) ResumeWorker(ctx context.Context, component string, params *ResumeWorkerParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeWorkerRequest(c.Server, component, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4331,6 +4419,79 @@ func NewGetWorkerLogsRequest(server string, component string) (*http.Request, er
 	return req, nil
 }
 
+// NewPauseWorkerRequest constructs an http.Request for the PauseWorker method
+func NewPauseWorkerRequest(server string, component string, params *PauseWorkerParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "component", component, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/workers/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.By != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "by", *params.By, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewResetWorkerRequest constructs an http.Request for the ResetWorker method
 func NewResetWorkerRequest(server string, component string, params *ResetWorkerParams) (*http.Request, error) {
 	var err error
@@ -4416,6 +4577,79 @@ func NewRestartWorkerRequest(server string, component string) (*http.Request, er
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResumeWorkerRequest constructs an http.Request for the ResumeWorker method
+func NewResumeWorkerRequest(server string, component string, params *ResumeWorkerParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "component", component, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/workers/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.By != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "by", *params.By, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Reason != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "reason", *params.Reason, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
@@ -4910,6 +5144,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/workers/{component}/logs (the `GetWorkerLogs` operationId).
 	GetWorkerLogsWithResponse(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*GetWorkerLogsResponse, error)
 
+	// PauseWorkerWithResponse Pause one worker
+	//
+	// The worker takes no new task (its queue and the other workers go on), keeps beating and finishes what it runs; the pause survives the worker's restarts and its supervisor's until a resume. 200 also when it was paused (the first pause's who and why stay).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/workers/{component}/pause (the `PauseWorker` operationId).
+	PauseWorkerWithResponse(ctx context.Context, component string, params *PauseWorkerParams, reqEditors ...RequestEditorFn) (*PauseWorkerResponse, error)
+
 	// ResetWorkerWithResponse Reset a worker
 	//
 	// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.
@@ -4927,6 +5170,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/workers/{component}/restart (the `RestartWorker` operationId).
 	RestartWorkerWithResponse(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*RestartWorkerResponse, error)
+
+	// ResumeWorkerWithResponse Resume a paused worker
+	//
+	// It takes tasks again at its next report (a heartbeat interval). 200 also when it was not paused.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/workers/{component}/resume (the `ResumeWorker` operationId).
+	ResumeWorkerWithResponse(ctx context.Context, component string, params *ResumeWorkerParams, reqEditors ...RequestEditorFn) (*ResumeWorkerResponse, error)
 
 	// StopWorkerWithResponse Stop a worker
 	//
@@ -7806,6 +8058,96 @@ func (r GetWorkerLogsResponse) ContentType() string {
 	return ""
 }
 
+type PauseWorkerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkerAction
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseWorkerResponse) GetJSON200() *WorkerAction {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseWorkerResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PauseWorkerResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseWorkerResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PauseWorkerResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r PauseWorkerResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PauseWorkerResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PauseWorkerResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseWorkerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseWorkerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseWorkerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseWorkerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ResetWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7994,6 +8336,96 @@ func (r RestartWorkerResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RestartWorkerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResumeWorkerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkerAction
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumeWorkerResponse) GetJSON200() *WorkerAction {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeWorkerResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumeWorkerResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumeWorkerResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResumeWorkerResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResumeWorkerResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ResumeWorkerResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResumeWorkerResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeWorkerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeWorkerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeWorkerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeWorkerResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8786,6 +9218,21 @@ func (c *ClientWithResponses) GetWorkerLogsWithResponse(ctx context.Context, com
 	return ParseGetWorkerLogsResponse(rsp)
 }
 
+// PauseWorkerWithResponse Pause one worker
+//
+// The worker takes no new task (its queue and the other workers go on), keeps beating and finishes what it runs; the pause survives the worker's restarts and its supervisor's until a resume. 200 also when it was paused (the first pause's who and why stay).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/workers/{component}/pause (the `PauseWorker` operationId).
+func (c *ClientWithResponses) PauseWorkerWithResponse(ctx context.Context, component string, params *PauseWorkerParams, reqEditors ...RequestEditorFn) (*PauseWorkerResponse, error) {
+	rsp, err := c.PauseWorker(ctx, component, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseWorkerResponse(rsp)
+}
+
 // ResetWorkerWithResponse Reset a worker
 //
 // Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.
@@ -8814,6 +9261,21 @@ func (c *ClientWithResponses) RestartWorkerWithResponse(ctx context.Context, com
 		return nil, err
 	}
 	return ParseRestartWorkerResponse(rsp)
+}
+
+// ResumeWorkerWithResponse Resume a paused worker
+//
+// It takes tasks again at its next report (a heartbeat interval). 200 also when it was not paused.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/workers/{component}/resume (the `ResumeWorker` operationId).
+func (c *ClientWithResponses) ResumeWorkerWithResponse(ctx context.Context, component string, params *ResumeWorkerParams, reqEditors ...RequestEditorFn) (*ResumeWorkerResponse, error) {
+	rsp, err := c.ResumeWorker(ctx, component, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeWorkerResponse(rsp)
 }
 
 // StopWorkerWithResponse Stop a worker
@@ -11231,6 +11693,81 @@ func ParseGetWorkerLogsResponse(rsp *http.Response) (*GetWorkerLogsResponse, err
 	return response, nil
 }
 
+// ParsePauseWorkerResponse parses an HTTP response from a PauseWorkerWithResponse call
+func ParsePauseWorkerResponse(rsp *http.Response) (*PauseWorkerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseWorkerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkerAction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseResetWorkerResponse parses an HTTP response from a ResetWorkerWithResponse call
 func ParseResetWorkerResponse(rsp *http.Response) (*ResetWorkerResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -11361,6 +11898,81 @@ func ParseRestartWorkerResponse(rsp *http.Response) (*RestartWorkerResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResumeWorkerResponse parses an HTTP response from a ResumeWorkerWithResponse call
+func ParseResumeWorkerResponse(rsp *http.Response) (*ResumeWorkerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeWorkerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkerAction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest ErrorModel
