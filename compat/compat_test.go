@@ -174,11 +174,11 @@ func (v *vigil) post(path, body string, out any) int {
 // queueStats is Vigil's GET /api/v1/queues/{q}.
 type queueStats struct {
 	Pending, Running, Scheduled, Retry, Archived, Completed, Aggregating int
-	ProcessedTotal                                                      int    `json:"processed_total"`
-	FailedTotal                                                         int    `json:"failed_total"`
-	Paused                                                              bool   `json:"paused"`
-	PausedBy                                                            string `json:"paused_by"`
-	LiveWorkers                                                         int    `json:"live_workers"`
+	ProcessedTotal                                                       int    `json:"processed_total"`
+	FailedTotal                                                          int    `json:"failed_total"`
+	Paused                                                               bool   `json:"paused"`
+	PausedBy                                                             string `json:"paused_by"`
+	LiveWorkers                                                          int    `json:"live_workers"`
 }
 
 // job is Vigil's GET /api/v1/jobs/{q}/{id}.
