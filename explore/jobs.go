@@ -243,10 +243,16 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 	}
 	pids := v.runners[j.id]
 	if len(pids) == 0 {
-		// Dequeued, never begun: the dequeue's reply was lost (a cut
-		// connection, a lost reply, a host killed in between) —
-		// RELIABILITY.md's known limit.
-		return w.b.anyDisturbed(j.at, time.Now())
+		// Dequeued, never begun. Its owner (the dequeue writes it) puts
+		// it back itself once Redis answers (a lost reply: the stranded
+		// sweep), or its supervisor does once it reaped it: excused only
+		// when the owner died with its host. Without an owner field (an
+		// asynq dequeue Vigil did not see), a disturbance excuses it.
+		pid, ok := w.ownerPID(j)
+		if !ok {
+			return w.b.anyDisturbed(j.at, time.Now())
+		}
+		pids = []int{pid}
 	}
 	pid := pids[len(pids)-1]
 	if _, _, _, alive := stat(pid); alive {
@@ -262,6 +268,19 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 type taskState struct {
 	state, lastErr string
 	err            error // reading it failed
+}
+
+// ownerPID is the pid in j's owner field (asynq's task hash), if any.
+func (w *world) ownerPID(j jobRec) (int, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	owner, err := w.rdb.HGet(ctx, "asynq:{"+j.queue+"}:t:"+j.id, "vigil_owner").Result()
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(owner, ':')
+	pid, err := strconv.Atoi(owner[i+1:])
+	return pid, err == nil && pid > 0
 }
 
 // judgeJobs checks invariant 7 over every job enqueued. It reads asynq's

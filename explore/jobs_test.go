@@ -3,6 +3,7 @@ package explore
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +116,32 @@ func TestJudgeJobCompletingDuringTheJudgement(t *testing.T) {
 	}
 	if vs := w.v.all(); len(vs) != 1 || vs[0].Invariant != 7 || !strings.Contains(vs[0].Evidence, "never succeeded") {
 		t.Fatalf("violations %v", vs)
+	}
+}
+
+// A task dequeued and never begun is left to asynq's lease recovery only
+// when its owner died with its host: a live owner puts it back itself (the
+// stranded sweep after a lost reply), so it is not excused.
+func TestAwaitingLeaseNeverBegun(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil), rdb: rdb}
+	j := jobRec{id: "j1", queue: "a", typ: "sleep", at: time.Now(), retriedAtRuns: -1}
+	w.b.blip("", "redis outage")
+	dead := 1<<22 + 1 // above pid_max
+	v := ledgerView{procs: map[string]string{strconv.Itoa(os.Getpid()): "worker:a:0 h0", strconv.Itoa(dead): "worker:a:1 h1"}}
+
+	m.HSet("asynq:{a}:t:j1", "state", "active", "vigil_owner", "worker:a:0:"+strconv.Itoa(os.Getpid()))
+	if w.awaitingLease(v, j) {
+		t.Fatal("a task stranded under a live owner excused")
+	}
+	m.HSet("asynq:{a}:t:j1", "vigil_owner", "worker:a:1:"+strconv.Itoa(dead))
+	if w.awaitingLease(v, j) {
+		t.Fatal("a dead owner's task excused though its host lived (its supervisor requeues it)")
+	}
+	w.b.close(w.b.open("h1", whyKilled))
+	if !w.awaitingLease(v, j) {
+		t.Fatal("a task whose owner died with its host not excused")
 	}
 }
