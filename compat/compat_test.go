@@ -542,14 +542,38 @@ func TestAsynqCompatibility(t *testing.T) {
 	}
 	result(t, "asynq.Scheduler task processed", "completed", fmt.Sprintf("%d %s, listed in state=completed", code, sj.State))
 
+	// 11. asynq.Group tasks are aggregated by the pool's aggregator and run.
+	for _, p := range []string{"x", "y"} {
+		if _, err := client.Enqueue(asynq.NewTask("compat:part", []byte(p)), asynq.Queue(q), asynq.Group("g")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batchID string
+	v.until("the aggregated task completed", func() bool {
+		done, err := insp.ListCompletedTasks(q, asynq.PageSize(100))
+		for _, d := range done {
+			if err == nil && string(d.Payload) == `"batch:g:x,y"` {
+				batchID = d.ID
+				return true
+			}
+		}
+		return false
+	})
+	var bj job
+	code = v.get("/api/v1/jobs/"+q+"/"+batchID, &bj)
+	if code != http.StatusOK || bj.State != "completed" {
+		t.Fatalf("aggregated task %s: Vigil %d %+v", batchID, code, bj)
+	}
+	result(t, "asynq.Group tasks aggregated and run", fmt.Sprintf("completed, payload %s", `"batch:g:x,y"`), fmt.Sprintf("%d %s", code, bj.State))
+
 	// The whole queue, side by side, once more.
 	v.until("the counts agree", func() bool {
 		in, s := info(), stats()
-		return in.Pending == s.Pending && in.Active == s.Running && in.Scheduled == s.Scheduled && in.Retry == s.Retry &&
+		return in.Pending == s.Pending && in.Active == s.Running && in.Scheduled == s.Scheduled && in.Retry == s.Retry && in.Aggregating == s.Aggregating &&
 			in.Archived == s.Archived && in.Completed == s.Completed && in.ProcessedTotal == s.ProcessedTotal && in.FailedTotal == s.FailedTotal
 	})
 	in, s = info(), stats()
-	result(t, "pending/active/scheduled/retry/archived/completed", fmt.Sprintf("%d/%d/%d/%d/%d/%d", in.Pending, in.Active, in.Scheduled, in.Retry, in.Archived, in.Completed),
-		fmt.Sprintf("%d/%d/%d/%d/%d/%d", s.Pending, s.Running, s.Scheduled, s.Retry, s.Archived, s.Completed))
+	result(t, "pending/active/scheduled/retry/archived/completed/aggregating", fmt.Sprintf("%d/%d/%d/%d/%d/%d/%d", in.Pending, in.Active, in.Scheduled, in.Retry, in.Archived, in.Completed, in.Aggregating),
+		fmt.Sprintf("%d/%d/%d/%d/%d/%d/%d", s.Pending, s.Running, s.Scheduled, s.Retry, s.Archived, s.Completed, s.Aggregating))
 	result(t, "processed_total / failed_total", fmt.Sprintf("%d / %d", in.ProcessedTotal, in.FailedTotal), fmt.Sprintf("%d / %d", s.ProcessedTotal, s.FailedTotal))
 }

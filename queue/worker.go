@@ -51,6 +51,15 @@ type WorkerConfig struct {
 	DelayedTaskCheckInterval time.Duration // scheduled and retry tasks → pending
 	RetryDelay               asynq.RetryDelayFunc
 
+	// GroupAggregator turns the tasks enqueued with asynq.Group into one
+	// task (asynq's aggregation); nil: tasks of a group stay aggregating.
+	// The grace period, max delay and max size are asynq's (zero values:
+	// asynq's defaults, 1 m, none, none).
+	GroupAggregator  asynq.GroupAggregator
+	GroupGracePeriod time.Duration
+	GroupMaxDelay    time.Duration
+	GroupMaxSize     int
+
 	// Load returns the host load compared with the pool's load threshold;
 	// nil = the 1-minute load average divided by the number of CPUs.
 	Load              func() (float64, error)
@@ -243,6 +252,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 		TaskCheckInterval:        cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: cfg.DelayedTaskCheckInterval,
 		RetryDelayFunc:           cfg.RetryDelay,
+		GroupAggregator:          cfg.GroupAggregator,
+		GroupGracePeriod:         cfg.GroupGracePeriod,
+		GroupMaxDelay:            cfg.GroupMaxDelay,
+		GroupMaxSize:             cfg.GroupMaxSize,
 		Logger:                   asynqLogger{w.log},
 		LogLevel:                 asynq.InfoLevel,
 	})

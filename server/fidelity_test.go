@@ -83,3 +83,26 @@ func TestJobTimeoutAndRetention(t *testing.T) {
 		t.Fatalf("completed job: %s", b)
 	}
 }
+
+// TestAggregatingJobs: tasks of asynq groups are counted and listed.
+func TestAggregatingJobs(t *testing.T) {
+	h := newHarness(t, setup{})
+	c := asynq.NewClientFromRedisClient(h.redis.Client)
+	for i, g := range []string{"b", "a", "b"} {
+		if _, err := c.Enqueue(asynq.NewTask("item", []byte{byte('0' + i)}), asynq.Queue(h.q1), asynq.Group(g)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := decode[server.QueueStats](t, h.get("/api/v1/queues/"+h.q1), http.StatusOK); q.Aggregating != 3 {
+		t.Fatalf("queue = %+v, want 3 aggregating", q)
+	}
+	type list struct{ Jobs []server.Job }
+	l := decode[list](t, h.get("/api/v1/queues/"+h.q1+"/jobs?state=aggregating"), http.StatusOK)
+	if len(l.Jobs) != 3 || l.Jobs[0].Group != "a" || l.Jobs[1].Group != "b" || l.Jobs[0].State != "aggregating" {
+		t.Fatalf("aggregating jobs = %+v", l.Jobs)
+	}
+	l = decode[list](t, h.get("/api/v1/queues/"+h.q1+"/jobs?state=aggregating&page=2&page_size=2"), http.StatusOK)
+	if len(l.Jobs) != 1 || l.Jobs[0].Group != "b" {
+		t.Fatalf("page 2 = %+v", l.Jobs)
+	}
+}

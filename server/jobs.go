@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,7 @@ type Job struct {
 	ResultSize       int             `json:"result_size,omitempty" doc:"The result's size in bytes"`
 	ResultTruncated  bool            `json:"result_truncated,omitempty" doc:"The result is longer than this answer shows"`
 	Orphaned         bool            `json:"orphaned,omitempty" doc:"Active, but its worker is gone (asynq recovers it after the lease)"`
+	Group            string          `json:"group,omitempty" doc:"The asynq group it was enqueued in (asynq.Group), aggregated by the pool's aggregator"`
 	// A job's detail only: what its handler reported (queue.Progress,
 	// queue.Stage) and the scratch directory a failure kept.
 	Progress     *float64 `json:"progress,omitempty" doc:"The last progress its handler reported, in percent (a job's detail)"`
@@ -90,7 +92,7 @@ func jobView(t *asynq.TaskInfo, payloadCap, errCap int) Job {
 		ID: t.ID, Queue: t.Queue, Type: t.Type, State: t.State.String(), MaxRetry: t.MaxRetry, Retried: t.Retried,
 		LastError: clipText(t.LastErr, errCap), LastFailedAt: unixMS(t.LastFailedAt), TimeoutS: t.Timeout.Seconds(),
 		Deadline: unixMS(t.Deadline), NextProcessAt: unixMS(t.NextProcessAt), CompletedAt: unixMS(t.CompletedAt),
-		Orphaned: t.IsOrphaned, PayloadSize: len(t.Payload), RetentionS: t.Retention.Seconds(), ResultSize: len(t.Result),
+		Orphaned: t.IsOrphaned, Group: t.Group, PayloadSize: len(t.Payload), RetentionS: t.Retention.Seconds(), ResultSize: len(t.Result),
 	}
 	if !t.CompletedAt.IsZero() {
 		j.RetainedUntil = unixMS(t.CompletedAt.Add(t.Retention))
@@ -155,7 +157,7 @@ type JobParam struct {
 // ListJobsInput selects jobs of a queue.
 type ListJobsInput struct {
 	QueueParam
-	State    string `query:"state" enum:"pending,active,scheduled,retry,archived,completed" default:"pending" doc:"Which jobs (archived ones include toxic jobs, with their reason)"`
+	State    string `query:"state" enum:"pending,active,scheduled,retry,archived,completed,aggregating" default:"pending" doc:"Which jobs (archived ones include toxic jobs, with their reason; aggregating: tasks of asynq groups waiting for the aggregator, every group, by group name)"`
 	Page     int    `query:"page" minimum:"1" maximum:"100000" default:"1" doc:"Page number, from 1"`
 	PageSize int    `query:"page_size" minimum:"1" maximum:"500" default:"50" doc:"Jobs per page"`
 }
@@ -256,11 +258,21 @@ func (s *server) listJobs(ctx context.Context, in *ListJobsInput) (*JobsOutput, 
 	list := map[string]func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
 		"pending": s.insp.ListPendingTasks, "active": s.insp.ListActiveTasks, "scheduled": s.insp.ListScheduledTasks,
 		"retry": s.insp.ListRetryTasks, "archived": s.insp.ListArchivedTasks, "completed": s.insp.ListCompletedTasks,
+		"aggregating": nil,
 	}[in.State]
+	if in.State == "aggregating" {
+		list = s.insp.ListPendingTasks // not used: aggregatingJobs lists them
+	}
 	if list == nil {
 		return nil, huma.Error422UnprocessableEntity("unknown state " + in.State)
 	}
-	tasks, err := s.readJobs(ctx, in.Queue, in.State, in.Page, in.PageSize, list)
+	var tasks []Job
+	var err error
+	if in.State == "aggregating" {
+		tasks, err = s.aggregatingJobs(in.Queue, in.Page, in.PageSize)
+	} else {
+		tasks, err = s.readJobs(ctx, in.Queue, in.State, in.Page, in.PageSize, list)
+	}
 	if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
 		return nil, s.fail(ctx, "list "+in.State+" jobs of "+in.Queue, err)
 	}
@@ -269,6 +281,36 @@ func (s *server) listJobs(ctx context.Context, in *ListJobsInput) (*JobsOutput, 
 	out.Body.Jobs = append(make([]Job, 0, len(tasks)), tasks...)
 	if err := s.withCrashes(ctx, in.Queue, out.Body.Jobs); err != nil {
 		return nil, s.fail(ctx, "read crash counters of "+in.Queue, err)
+	}
+	return out, nil
+}
+
+// aggregatingJobs is a page of the tasks of q's asynq groups waiting for
+// their aggregator, group after group (by name). A group holds at most
+// the aggregator's max size, so the tasks read are about page × size.
+func (s *server) aggregatingJobs(q string, page, size int) ([]Job, error) {
+	groups, err := s.insp.Groups(q)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(groups, func(a, b *asynq.GroupInfo) int { return strings.Compare(a.Group, b.Group) })
+	skip, out := (page-1)*size, []Job{}
+	for _, g := range groups {
+		if skip >= g.Size {
+			skip -= g.Size
+			continue
+		}
+		ts, err := s.insp.ListAggregatingTasks(q, g.Group, asynq.PageSize(skip+size-len(out)))
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts[min(skip, len(ts)):] {
+			out = append(out, s.listView(t))
+		}
+		skip = 0
+		if len(out) >= size {
+			return out[:size], nil
+		}
 	}
 	return out, nil
 }

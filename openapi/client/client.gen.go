@@ -507,18 +507,21 @@ func (e WorkerUpdateEventType) Valid() bool {
 
 // Defines values for ListJobsParamsState.
 const (
-	ListJobsParamsStateActive    ListJobsParamsState = "active"
-	ListJobsParamsStateArchived  ListJobsParamsState = "archived"
-	ListJobsParamsStateCompleted ListJobsParamsState = "completed"
-	ListJobsParamsStatePending   ListJobsParamsState = "pending"
-	ListJobsParamsStateRetry     ListJobsParamsState = "retry"
-	ListJobsParamsStateScheduled ListJobsParamsState = "scheduled"
+	ListJobsParamsStateActive      ListJobsParamsState = "active"
+	ListJobsParamsStateAggregating ListJobsParamsState = "aggregating"
+	ListJobsParamsStateArchived    ListJobsParamsState = "archived"
+	ListJobsParamsStateCompleted   ListJobsParamsState = "completed"
+	ListJobsParamsStatePending     ListJobsParamsState = "pending"
+	ListJobsParamsStateRetry       ListJobsParamsState = "retry"
+	ListJobsParamsStateScheduled   ListJobsParamsState = "scheduled"
 )
 
 // Valid indicates whether the value is a known member of the ListJobsParamsState enum.
 func (e ListJobsParamsState) Valid() bool {
 	switch e {
 	case ListJobsParamsStateActive:
+		return true
+	case ListJobsParamsStateAggregating:
 		return true
 	case ListJobsParamsStateArchived:
 		return true
@@ -873,6 +876,9 @@ type Job struct {
 
 	// EffectiveTimeoutSeconds The per-attempt timeout a worker of this pool applies (job detail only): the task's own, else the pool's task_timeout, capped by max_task_timeout; absent when only the deadline bounds it
 	EffectiveTimeoutSeconds *float64 `json:"effective_timeout_seconds,omitempty"`
+
+	// Group The asynq group it was enqueued in (asynq.Group), aggregated by the pool's aggregator
+	Group *string `json:"group,omitempty"`
 
 	// Id Task id
 	//
@@ -1733,7 +1739,7 @@ type PauseAllParams struct {
 
 // ListJobsParams defines parameters for ListJobs.
 type ListJobsParams struct {
-	// State Which jobs (archived ones include toxic jobs, with their reason)
+	// State Which jobs (archived ones include toxic jobs, with their reason; aggregating: tasks of asynq groups waiting for the aggregator, every group, by group name)
 	State *ListJobsParamsState `form:"state,omitempty" json:"state,omitempty"`
 
 	// Page Page number, from 1

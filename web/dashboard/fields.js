@@ -18,7 +18,7 @@ export const JOB_STATES = [
   { state: 'retry', count: 'retry' },
   { state: 'archived', count: 'archived' },
   { state: 'completed', count: 'completed' },
-  // { state: 'aggregating', count: 'aggregating' }, once the API lists them
+  { state: 'aggregating', count: 'aggregating' },
 ];
 
 export const workerHref = (c) => '#/workers/' + encodeURIComponent(c);

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +28,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	// Tasks enqueued with asynq.Group are aggregated two at a time into a
+	// compat:ok task whose payload names the group and its parts.
+	cfg.GroupMaxSize, cfg.GroupGracePeriod = 2, time.Second
+	cfg.GroupAggregator = asynq.GroupAggregatorFunc(func(group string, tasks []*asynq.Task) *asynq.Task {
+		parts := make([]string, len(tasks))
+		for i, t := range tasks {
+			parts[i] = string(t.Payload())
+		}
+		slices.Sort(parts)
+		return asynq.NewTask("compat:ok", []byte(`"batch:`+group+`:`+strings.Join(parts, ",")+`"`), asynq.Retention(time.Hour))
+	})
 	err = queue.RunWorker(ctx, cfg, map[string]asynq.Handler{
 		// compat:ok completes with a result.
 		"compat:ok": asynq.HandlerFunc(func(_ context.Context, t *asynq.Task) error {
