@@ -149,6 +149,7 @@ var watched = map[string]string{
 	"leadership":  "leadership changed",
 	"lease_lost":  "slot lease lost",
 	"hb_expired":  "heartbeat expired",
+	"held":        "failover of the master under way",
 }
 
 // durable is envDurable's number of replicas (0: off).

@@ -39,18 +39,15 @@ func durableKey(prefix, q string) string { return prefix + "durable:{" + q + "}"
 // acknowledged.
 func waitReplicas(ctx context.Context, rdb redis.UniversalClient, prefix, q string, cfg DurableConfig) (int, error) {
 	key := durableKey(prefix, q)
-	var node *redis.Client
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
+	// One server: its pipeline runs on one connection. A cluster: the
+	// pipeline of the node that holds the key.
+	var node redis.Cmdable = rdb
+	if c, ok := rdb.(*redis.ClusterClient); ok {
 		n, err := c.MasterForKey(ctx, key)
 		if err != nil {
 			return 0, fmt.Errorf("find the master of %s: %w", key, err)
 		}
 		node = n
-	case *redis.Client:
-		node = c
-	default:
-		return 0, fmt.Errorf("durable enqueue: unsupported client %T", rdb)
 	}
 	timeout := cfg.Timeout
 	if timeout <= 0 {

@@ -15,6 +15,7 @@ import (
 // last call wins. Topology news is logged at Info, the rest at Warn; every
 // line carries lib=go-redis.
 func SetLogger(log *slog.Logger) {
+	logger.Store(log)
 	redis.SetLogger(slogPrintf{log})
 }
 

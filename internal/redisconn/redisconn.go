@@ -344,6 +344,9 @@ func (o *Options) useCA(path string) error {
 // Addr names where a client connects, for messages: its address, or the
 // first of its seed addresses and how many there are.
 func Addr(c redis.UniversalClient) string {
+	if pc, ok := plainClient(c); ok {
+		c = pc
+	}
 	switch c := c.(type) {
 	case *redis.Client:
 		if a := c.Options().Addr; a != "FailoverClient" {
@@ -499,7 +502,7 @@ func Ping(ctx context.Context, c redis.UniversalClient, timeout time.Duration) e
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
-		if rc, ok := c.(*redis.Client); ok {
+		if rc, ok := plainClient(c); ok {
 			if o := failoverOptionsOf(rc); o != nil {
 				ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 				defer cancel()

@@ -19,12 +19,25 @@ import (
 // failover client only says "FailoverClient".
 var failoverOpts sync.Map // weak.Pointer[redis.Client] → *redis.FailoverOptions
 
-func newFailoverClient(o *redis.FailoverOptions) *redis.Client {
+func newFailoverClient(o *redis.FailoverOptions) *sentinelClient {
 	c := redis.NewFailoverClient(o)
 	k := weak.Make(c)
 	failoverOpts.Store(k, o)
 	runtime.AddCleanup(c, func(k weak.Pointer[redis.Client]) { failoverOpts.Delete(k) }, k)
-	return c
+	g := newFailoverGuard(o)
+	c.AddHook(g)
+	return &sentinelClient{Client: c, guard: g}
+}
+
+// plainClient is c's *redis.Client, if it is one (or a Sentinel client).
+func plainClient(c redis.UniversalClient) (*redis.Client, bool) {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c, true
+	case *sentinelClient:
+		return c.Client, true
+	}
+	return nil, false
 }
 
 func failoverOptionsOf(c *redis.Client) *redis.FailoverOptions {
