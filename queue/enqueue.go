@@ -40,7 +40,7 @@ type ClientConfig struct {
 	// that its job route still answers (asynq's default is 0: deleted).
 	Retentions map[string]time.Duration
 	Logger     *slog.Logger
-	Clock        clock.Clock
+	Clock      clock.Clock
 	// Durable, with Replicas > 0, makes Enqueue return only once the task
 	// reached that many replicas (ErrNotDurable if not in time).
 	Durable DurableConfig
