@@ -338,6 +338,19 @@ func (v *Vigil) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
+// CloseEvents ends the event streams (GET /api/v1/events), which never end
+// by themselves; the rest of the handler goes on answering. Give it to
+// http.Server.RegisterOnShutdown so that Shutdown can return, then call
+// Close; Close calls it too.
+func (v *Vigil) CloseEvents() {
+	v.mu.Lock()
+	h := v.handler
+	v.mu.Unlock()
+	if h != nil {
+		_ = h.Close()
+	}
+}
+
 // Supervisor is the host's supervisor (nil before Start), for what the
 // admin API does not cover.
 func (v *Vigil) Supervisor() *supervisor.Supervisor {

@@ -127,6 +127,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(v.CloseEvents)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("admin server listening", "url", "http://"+ln.Addr().String()+"/", "docs", "http://"+ln.Addr().String()+"/docs")
@@ -139,18 +140,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 		log.Error("admin server stopped", "err", err)
 	}
 	log.Info("shutting down: stopping workers", "stop_timeout", cfg.StopTimeout)
-	// Close first: it ends the event streams (which never end by
-	// themselves) and answers 503 while the workers stop.
-	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.StopTimeout)+2*time.Second)
-	defer cancel()
-	closeErr := v.Close(sctx)
+	// The admin server first (its event streams end with it: they never
+	// end by themselves), then the workers.
 	hctx, hcancel := context.WithTimeout(context.Background(), time.Second)
 	defer hcancel()
 	if err := srv.Shutdown(hctx); err != nil {
 		_ = srv.Close()
 	}
-	if closeErr != nil {
-		return closeErr
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.StopTimeout)+2*time.Second)
+	defer cancel()
+	if err := v.Close(sctx); err != nil {
+		return err
 	}
 	log.Info("stopped")
 	return nil
