@@ -2,7 +2,6 @@ package failover_test
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +15,7 @@ import (
 // sentinel knows no such master, the master it names does not answer.
 // Each error names the sentinels or the master and the reason.
 func TestSentinelFaultsAtStart(t *testing.T) {
-	if os.Getenv(envGate) == "" {
-		t.Skipf("starts real Redis processes: set %s=1 (make test-failover)", envGate)
-	}
+	gateOnly(t, "sentinel-start")
 	s := testtopo.StartSentinel(t, durablePorts, testtopo.SentinelConfig{DownAfter: time.Minute})
 	ping := func(url string) error {
 		t.Helper()

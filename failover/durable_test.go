@@ -28,9 +28,7 @@ var durablePorts = testtopo.SentinelPorts{Master: 6434, Replica: 6435, Sentinel:
 // Retry-After naming the job, and a retry with that task id answers 409
 // (the job was kept on the master).
 func TestDurableEnqueue(t *testing.T) {
-	if os.Getenv(envGate) == "" {
-		t.Skipf("starts real Redis processes: set %s=1 (make test-failover)", envGate)
-	}
+	gateOnly(t, "durable")
 	s := testtopo.StartSentinel(t, durablePorts, testtopo.SentinelConfig{DownAfter: time.Minute})
 	path := t.TempDir() + "/d.yaml"
 	cfg := map[string]any{"redis": s.URL, "listen": "127.0.0.1:0", "host": "d", "token": testToken,
@@ -106,5 +104,17 @@ func BenchmarkDurableEnqueue(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 			b.ReportMetric(float64(b.N)/el.Seconds(), "jobs/s")
 		})
+	}
+}
+
+// gateOnly skips t unless the failover suite runs and envOnly, if set,
+// names word.
+func gateOnly(t *testing.T, word string) {
+	t.Helper()
+	if os.Getenv(envGate) == "" {
+		t.Skipf("starts real Redis processes: set %s=1 (make test-failover)", envGate)
+	}
+	if only := os.Getenv(envOnly); only != "" && !matchesAny(word, only) {
+		t.Skipf("%s=%s does not name %q", envOnly, only, word)
 	}
 }
