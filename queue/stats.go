@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hibiken/asynq"
 )
@@ -25,6 +26,7 @@ type Stats struct {
 	Archived       int      `json:"archived"`
 	Completed      int      `json:"completed"`
 	Aggregating    int      `json:"aggregating"`
+	Groups         []Group  `json:"groups,omitempty"`
 	ProcessedTotal int      `json:"processed_total"`
 	FailedTotal    int      `json:"failed_total"`
 	ProcessedToday int      `json:"processed_today"`
@@ -38,6 +40,13 @@ type Stats struct {
 	AvgJobMS       float64  `json:"avg_job_ms"`
 	LiveWorkers    int      `json:"live_workers"`
 	ETASeconds     float64  `json:"eta_seconds"`
+}
+
+// Group is one asynq group of a queue: its tasks waiting for the
+// aggregator.
+type Group struct {
+	Name string `json:"name" doc:"The group (asynq.Group)"`
+	Size int    `json:"size" doc:"Its tasks waiting for the aggregator"`
 }
 
 // Stats reads the statistics of queues; live gives each queue's live
@@ -78,6 +87,16 @@ func (c *Control) Stats(ctx context.Context, queues []string, live map[string]in
 			s.Archived, s.Completed, s.Aggregating = info.Archived, info.Completed, info.Aggregating
 			s.ProcessedTotal, s.FailedTotal = info.ProcessedTotal, info.FailedTotal
 			s.ProcessedToday, s.FailedToday = info.Processed, info.Failed
+		}
+		if s.Aggregating > 0 {
+			gs, err := c.insp.Groups(q)
+			if err != nil {
+				return nil, total, fmt.Errorf("queue %s groups: %w", q, err)
+			}
+			for _, g := range gs {
+				s.Groups = append(s.Groups, Group{Name: g.Group, Size: g.Size})
+			}
+			slices.SortFunc(s.Groups, func(a, b Group) int { return strings.Compare(a.Name, b.Name) })
 		}
 		s.AvgJobMS, _ = strconv.ParseFloat(avgs[i].Val(), 64)
 		s.ETASeconds = eta(s.Pending, s.AvgJobMS, s.LiveWorkers)

@@ -93,8 +93,9 @@ func TestAggregatingJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if q := decode[server.QueueStats](t, h.get("/api/v1/queues/"+h.q1), http.StatusOK); q.Aggregating != 3 {
-		t.Fatalf("queue = %+v, want 3 aggregating", q)
+	if q := decode[server.QueueStats](t, h.get("/api/v1/queues/"+h.q1), http.StatusOK); q.Aggregating != 3 ||
+		len(q.Groups) != 2 || q.Groups[0].Name != "a" || q.Groups[0].Size != 1 || q.Groups[1].Size != 2 {
+		t.Fatalf("queue = %+v, want 3 aggregating in groups a (1) and b (2)", q)
 	}
 	type list struct{ Jobs []server.Job }
 	l := decode[list](t, h.get("/api/v1/queues/"+h.q1+"/jobs?state=aggregating"), http.StatusOK)

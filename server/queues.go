@@ -22,27 +22,28 @@ type QueueParam struct {
 // QueueStats are one queue's statistics (queue.Stats, with the docs of the
 // spec).
 type QueueStats struct {
-	Queue          string   `json:"queue" example:"tag" doc:"Queue name; empty for the total"`
-	Pending        int      `json:"pending" doc:"Tasks waiting to run (asynq's pending)"`
-	Running        int      `json:"running" doc:"Tasks running now (asynq's active)"`
-	Scheduled      int      `json:"scheduled" doc:"Tasks scheduled for later (asynq's scheduled)"`
-	Retry          int      `json:"retry" doc:"Tasks waiting for a retry (asynq's retry)"`
-	Archived       int      `json:"archived" doc:"Tasks archived: retries exhausted, toxic, non-retryable (asynq's archived)"`
-	Completed      int      `json:"completed" doc:"Completed tasks asynq still keeps, each for its Retention (asynq's completed); not a total: see processed_total"`
-	Aggregating    int      `json:"aggregating" doc:"Tasks waiting in groups for their aggregator (asynq's aggregating)"`
-	ProcessedTotal int      `json:"processed_total" doc:"Attempts processed since the queue began, successful or not (asynq's processed counter, all time)"`
-	FailedTotal    int      `json:"failed_total" doc:"Attempts that failed since the queue began, retried ones included (asynq's failed counter, all time)"`
-	ProcessedToday int      `json:"processed_today" doc:"Attempts processed today, UTC (asynq's daily counter)"`
-	FailedToday    int      `json:"failed_today" doc:"Attempts that failed today, UTC (asynq's daily counter)"`
-	Paused         bool     `json:"paused" doc:"Paused: asynq's own key asynq:{queue}:paused exists (whoever set it: Vigil's global or queue pause, asynq's CLI, asynqmon, Inspector.PauseQueue)"`
-	PausedBy       string   `json:"paused_by,omitempty" enum:"vigil,asynq" doc:"Who paused it: vigil (through Vigil's API, ctl or dashboard) or asynq (asynq's tools, or anything else that set asynq's key); absent while running"`
-	PausedAt       int64    `json:"paused_at,omitempty" doc:"When it was paused (Unix ms; asynq's tools record whole seconds)"`
-	PausedWho      string   `json:"paused_who,omitempty" doc:"Who asked for Vigil's pause (the request's by parameter)"`
-	PauseReason    string   `json:"pause_reason,omitempty" doc:"Why (the request's reason parameter)"`
-	PauseScopes    []string `json:"pause_scopes,omitempty" doc:"Vigil's pauses that hold the queue: global, queue, or both; a Vigil resume lifts the queue's pause once none holds it"`
-	AvgJobMS       float64  `json:"avg_job_ms" doc:"Rolling average job duration in milliseconds"`
-	LiveWorkers    int      `json:"live_workers" doc:"Healthy workers consuming the queue"`
-	ETASeconds     float64  `json:"eta_seconds" doc:"pending × average ÷ live workers; 0 when unknown"`
+	Queue          string        `json:"queue" example:"tag" doc:"Queue name; empty for the total"`
+	Pending        int           `json:"pending" doc:"Tasks waiting to run (asynq's pending)"`
+	Running        int           `json:"running" doc:"Tasks running now (asynq's active)"`
+	Scheduled      int           `json:"scheduled" doc:"Tasks scheduled for later (asynq's scheduled)"`
+	Retry          int           `json:"retry" doc:"Tasks waiting for a retry (asynq's retry)"`
+	Archived       int           `json:"archived" doc:"Tasks archived: retries exhausted, toxic, non-retryable (asynq's archived)"`
+	Completed      int           `json:"completed" doc:"Completed tasks asynq still keeps, each for its Retention (asynq's completed); not a total: see processed_total"`
+	Aggregating    int           `json:"aggregating" doc:"Tasks waiting in groups for their aggregator (asynq's aggregating)"`
+	Groups         []queue.Group `json:"groups,omitempty" doc:"The queue's asynq groups with tasks waiting for the aggregator, by name (absent when none)"`
+	ProcessedTotal int           `json:"processed_total" doc:"Attempts processed since the queue began, successful or not (asynq's processed counter, all time)"`
+	FailedTotal    int           `json:"failed_total" doc:"Attempts that failed since the queue began, retried ones included (asynq's failed counter, all time)"`
+	ProcessedToday int           `json:"processed_today" doc:"Attempts processed today, UTC (asynq's daily counter)"`
+	FailedToday    int           `json:"failed_today" doc:"Attempts that failed today, UTC (asynq's daily counter)"`
+	Paused         bool          `json:"paused" doc:"Paused: asynq's own key asynq:{queue}:paused exists (whoever set it: Vigil's global or queue pause, asynq's CLI, asynqmon, Inspector.PauseQueue)"`
+	PausedBy       string        `json:"paused_by,omitempty" enum:"vigil,asynq" doc:"Who paused it: vigil (through Vigil's API, ctl or dashboard) or asynq (asynq's tools, or anything else that set asynq's key); absent while running"`
+	PausedAt       int64         `json:"paused_at,omitempty" doc:"When it was paused (Unix ms; asynq's tools record whole seconds)"`
+	PausedWho      string        `json:"paused_who,omitempty" doc:"Who asked for Vigil's pause (the request's by parameter)"`
+	PauseReason    string        `json:"pause_reason,omitempty" doc:"Why (the request's reason parameter)"`
+	PauseScopes    []string      `json:"pause_scopes,omitempty" doc:"Vigil's pauses that hold the queue: global, queue, or both; a Vigil resume lifts the queue's pause once none holds it"`
+	AvgJobMS       float64       `json:"avg_job_ms" doc:"Rolling average job duration in milliseconds"`
+	LiveWorkers    int           `json:"live_workers" doc:"Healthy workers consuming the queue"`
+	ETASeconds     float64       `json:"eta_seconds" doc:"pending × average ÷ live workers; 0 when unknown"`
 }
 
 // QueueList lists the queues.

@@ -671,6 +671,15 @@ type FiredData struct {
 	Tick     *int64   `json:"tick,omitempty"`
 }
 
+// Group defines model for Group.
+type Group struct {
+	// Name The group (asynq.Group)
+	Name string `json:"name"`
+
+	// Size Its tasks waiting for the aggregator
+	Size int64 `json:"size"`
+}
+
 // HealthReport defines model for HealthReport.
 type HealthReport struct {
 	// CheckedAt When this report was made (Unix ms)
@@ -1169,6 +1178,9 @@ type QueueStats struct {
 	// FailedTotal Attempts that failed since the queue began, retried ones included (asynq's failed counter, all time)
 	FailedTotal int64 `json:"failed_total"`
 
+	// Groups The queue's asynq groups with tasks waiting for the aggregator, by name (absent when none)
+	Groups *[]Group `json:"groups,omitempty"`
+
 	// LiveWorkers Healthy workers consuming the queue
 	LiveWorkers int64 `json:"live_workers"`
 
@@ -1512,6 +1524,7 @@ type Stats struct {
 	EtaSeconds     float64   `json:"eta_seconds"`
 	FailedToday    int64     `json:"failed_today"`
 	FailedTotal    int64     `json:"failed_total"`
+	Groups         *[]Group  `json:"groups,omitempty"`
 	LiveWorkers    int64     `json:"live_workers"`
 	PauseReason    *string   `json:"pause_reason,omitempty"`
 	PauseScopes    *[]string `json:"pause_scopes,omitempty"`

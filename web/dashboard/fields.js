@@ -174,7 +174,7 @@ export const QUEUE_COLUMNS = [
   { label: 'retry', cls: 'num', get: (s) => s.retry },
   { label: 'archived', cls: 'num', get: (s) => s.archived },
   { label: 'completed', cls: 'num', get: (s) => s.completed, title: "completed jobs asynq still keeps (each for its retention); not a total" },
-  { label: 'aggregating', cls: 'num', get: (s) => s.aggregating, title: 'jobs waiting in groups for their aggregator' },
+  { label: 'aggregating', cls: 'num', get: (s) => s.aggregating, title: 'jobs waiting in groups for their aggregator (hover: the groups)', cellTitle: (s) => (s.groups || []).map((g) => g.name + ': ' + g.size).join(', ') },
   { label: 'processed total', cls: 'num', get: (s) => s.processed_total, title: 'attempts processed since the queue began, successful or not' },
   { label: 'failed total', cls: 'num', get: (s) => s.failed_total, title: 'attempts that failed since the queue began, retried ones included' },
   { label: 'avg job', cls: 'num', get: (s) => (s.avg_job_ms ? (s.avg_job_ms / 1000).toFixed(1) + ' s' : '') },
@@ -205,6 +205,7 @@ export function cells(cols, obj, ctx = {}) {
     const v = c.get(obj, ctx);
     const cell = el('td', { class: c.cls || '' }, v instanceof Node ? v : text(v));
     if (typeof c.title === 'function') cell.title = c.title(obj);
+    if (typeof c.cellTitle === 'function') cell.title = c.cellTitle(obj);
     return cell;
   });
 }
