@@ -39,6 +39,11 @@ func newLive(t *testing.T) *live {
 	t.Helper()
 	env := testredis.New(t)
 	store := health.NewStore(env.Client, env.Prefix, 0)
+	// asynq's paused key is the truth (no start-up clears it) and is not
+	// under the test's prefix: no pause passes from one test to the next.
+	unpause := func() { env.Client.Del(context.Background(), "asynq:{tag}:paused") }
+	unpause()
+	t.Cleanup(unpause)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sup, err := supervisor.New(supervisor.Config{
 		Host: "h1", RedisURL: env.URL, Prefix: env.Prefix, Logger: log,
