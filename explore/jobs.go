@@ -209,8 +209,8 @@ func (v ledgerView) killed(pid int) bool {
 // JobStats is what a seed measured about its jobs.
 type JobStats struct {
 	Enqueued, Refused, Completed, Archived, Deleted, LostToDataLoss, Duplicates int
-	// Unrecorded: completed by the ledger, still active in asynq (the
-	// outcome could not be written).
+	// Unrecorded: completed by the ledger, still active in asynq: its
+	// worker kept the outcome and died with its host before writing it.
 	Unrecorded int
 	// AwaitingLease: active in asynq, its last run's process dead with its
 	// host (killed, or cut from Redis): asynq's lease recovery runs it again.
@@ -219,18 +219,6 @@ type JobStats struct {
 	// worker crash injected while it was in flight, before the handler's
 	// first ledger write.
 	ToxicUnseen int
-}
-
-// outcomeUnwritten reports whether j's last handler run ended (the ledger
-// has its outcome) in a process whose host was cut from Redis since j was
-// enqueued.
-func (w *world) outcomeUnwritten(v ledgerView, j jobRec) bool {
-	pids := v.runners[j.id]
-	if len(pids) == 0 || v.lastEnd[j.id] == "" || v.inHandler(j.id) {
-		return false
-	}
-	_, host := v.procOf(pids[len(pids)-1])
-	return w.b.disturbed(host, j.at, time.Now(), 0)
 }
 
 // awaitingLease reports whether j is left to asynq's lease recovery: its
@@ -343,21 +331,21 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 		case state == "gone":
 			w.violate(7, "%s vanished with no data loss", what)
 			continue
-		case state == "active" && done > 0:
-			// The handler succeeded, the worker could not record it (Redis
-			// was away) and asynq will run it again once its lease
-			// expires: done as far as the ledger shows.
+		case state == "active" && done > 0 && w.awaitingLease(v, j):
+			// The handler succeeded; its worker, cut from Redis, kept the
+			// outcome and died with its host before it could write it:
+			// asynq will run it again once its lease expires. Done as far
+			// as the ledger shows. (A worker that lives writes what it
+			// kept once Redis answers; one that died with its host alive
+			// is requeued by its supervisor.)
 			st.Unrecorded++
 			st.Completed++
 			if done > 1 {
 				st.Duplicates++
 			}
 			continue
-		case state == "active" && w.outcomeUnwritten(v, j):
-			// Its handler returned (an error, a cancel) while its worker could
-			// not reach Redis: asynq could not record the outcome and leaves
-			// the task active until its lease expires (RELIABILITY.md).
-			st.Unrecorded++
+		case state == "active" && done > 0:
+			w.violate(7, "%s: its handler succeeded but asynq still shows it active (the outcome was never written, and its worker did not die with its host)", what)
 			continue
 		case state == "active" && w.awaitingLease(v, j):
 			// Its worker died with its host (or cut from Redis): DESIGN §11
@@ -468,18 +456,21 @@ func (w *world) jobsDone() (bool, int) {
 	w.jobs.mu.Unlock()
 	left := 0
 	for _, j := range jobs {
-		if j.deleted || (j.typ == "sleep" && v.completions[j.id] > 0) {
+		if j.deleted {
 			continue
 		}
 		info, err := w.insp.GetTaskInfo(j.queue, j.id)
+		completed := j.typ == "sleep" && v.completions[j.id] > 0
 		switch {
+		case completed && (err != nil || info.State != asynq.TaskStateActive):
+			// Done by the ledger; a duplicate run may still come.
 		case err != nil && w.jobs.lostSince(j.at):
 		case err != nil:
 			left++
 		case info.State == asynq.TaskStateArchived || info.State == asynq.TaskStateCompleted:
-		case info.State == asynq.TaskStateActive && (w.awaitingLease(v, j) || w.outcomeUnwritten(v, j)):
+		case info.State == asynq.TaskStateActive && w.awaitingLease(v, j):
 		default:
-			left++
+			left++ // active: its outcome (kept while Redis was away) is still to be written
 		}
 	}
 	return left == 0, left

@@ -145,3 +145,42 @@ func TestAwaitingLeaseNeverBegun(t *testing.T) {
 		t.Fatal("a task whose owner died with its host not excused")
 	}
 }
+
+// A job its handler completed but asynq still shows active is excused only
+// when its worker died with its host (the kept outcome died with it): a
+// worker that lives writes what it kept once Redis answers.
+func TestJudgeCompletedStillActive(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil), rdb: rdb,
+		insp: asynq.NewInspectorFromRedisClient(rdb), lr: testledger.NewReader(rdb, "L:")}
+	defer w.insp.Close()
+	c := asynq.NewClientFromRedisClient(rdb)
+	defer c.Close()
+	if _, err := c.Enqueue(asynq.NewTask("sleep", []byte("1")), asynq.Queue("a"), asynq.TaskID("j1"), asynq.Retention(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	w.jobs.byID["j1"] = &jobRec{id: "j1", queue: "a", typ: "sleep", at: time.Now(), retriedAtRuns: -1}
+	w.jobs.order = []string{"j1"}
+	w.b.blip("", "redis outage")
+	live := testledger.NewWriter(rdb, "L:", os.Getpid())
+	for _, err := range []error{live.Hello(ctx, "worker:a:0", "h0"), live.Start(ctx, "j1"), live.End(ctx, "j1", testledger.OutcomeOK)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Lpop("asynq:{a}:pending")
+	m.Lpush("asynq:{a}:active", "j1")
+	m.HSet("asynq:{a}:t:j1", "state", "active")
+	if done, _ := w.jobsDone(); done {
+		t.Fatal("a completed job still active under a live worker taken for done")
+	}
+	if _, err := w.judgeJobs(w.readLedger); err != nil {
+		t.Fatal(err)
+	}
+	if vs := w.v.all(); len(vs) != 1 || vs[0].Invariant != 7 || !strings.Contains(vs[0].Evidence, "still shows it active") {
+		t.Fatalf("violations %v", vs)
+	}
+}
