@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/vigil-dev/vigil/queue/internal/crashpoint"
 )
 
 // Outputs (README "Outputs and retries"). Delivery is at least once: a
@@ -212,11 +214,10 @@ func outputDirName(task string) string {
 
 func manifestPath(dir, name string) string { return filepath.Join(dir, "."+name+".manifest") }
 
-// commitCrash, set by tests, stops Commit dead after step 1 (the pending
-// manifest written), 2 (the file moved) or 3 (the manifest moved) when it
-// returns true, leaving the files as a SIGKILL there would.
-var commitCrash func(step int) bool
-
+// errCrashed is what Commit returns when a test stops it dead at a step
+// (crashpoint "commit:1": the pending manifest written, "commit:2": the
+// file moved, "commit:3": the manifest moved), the files left as a SIGKILL
+// there would leave them.
 var errCrashed = errors.New("crashed (test)")
 
 // pendingSuffix marks a manifest written before its file moved into place.
@@ -270,7 +271,7 @@ func (s FSStore) Commit(_ context.Context, task, name, src string, m Manifest) (
 	if err := writeSynced(dir, mpath+pendingSuffix, blob); err != nil {
 		return Output{}, err
 	}
-	if commitCrash != nil && commitCrash(1) {
+	if crashpoint.Hit("commit:1") {
 		return Output{}, errCrashed
 	}
 	if err := os.Rename(src, final); err != nil {
@@ -283,13 +284,13 @@ func (s FSStore) Commit(_ context.Context, task, name, src string, m Manifest) (
 		}
 		_ = os.Remove(src)
 	}
-	if commitCrash != nil && commitCrash(2) {
+	if crashpoint.Hit("commit:2") {
 		return Output{}, errCrashed
 	}
 	if err := os.Rename(mpath+pendingSuffix, mpath); err != nil {
 		return Output{}, err
 	}
-	if commitCrash != nil && commitCrash(3) {
+	if crashpoint.Hit("commit:3") {
 		return Output{}, errCrashed
 	}
 	if err := syncDir(dir); err != nil {

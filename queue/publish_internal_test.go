@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"strconv"
 	"context"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/queue/internal/crashpoint"
 )
 
 // inTask returns a context of a task run by a worker whose outputs go to
@@ -30,7 +32,7 @@ func publishBytes(ctx context.Context, name string, b []byte) (Output, error) {
 // final key holds a whole output or nothing, never a part, and Lookup
 // finds the old output or the new one, whole, and leaves no debris.
 func TestCommitCrashAtEveryStep(t *testing.T) {
-	t.Cleanup(func() { commitCrash = nil })
+	t.Cleanup(func() { crashpoint.At = nil })
 	old, new := bytes.Repeat([]byte("old "), 1000), bytes.Repeat([]byte("NEW!"), 3000)
 	for _, hadOld := range []bool{false, true} {
 		for step := 0; step <= 3; step++ {
@@ -43,8 +45,8 @@ func TestCommitCrashAtEveryStep(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				commitCrash = func(s int) bool { return s == step }
-				defer func() { commitCrash = nil }()
+				crashpoint.At = func(p string) bool { return p == "commit:"+strconv.Itoa(step) }
+				defer func() { crashpoint.At = nil }()
 				_, err := publishBytes(ctx, "out.bin", new)
 				if step > 0 && !errors.Is(err, errCrashed) {
 					t.Fatalf("publish: %v, want the simulated crash", err)
@@ -54,7 +56,7 @@ func TestCommitCrashAtEveryStep(t *testing.T) {
 				if b, err := os.ReadFile(final); err == nil && !bytes.Equal(b, old) && !bytes.Equal(b, new) {
 					t.Fatalf("a partial file at the final key (%d bytes)", len(b))
 				}
-				commitCrash = nil
+				crashpoint.At = nil
 				out, ok, err := Published(ctx, "out.bin")
 				if err != nil {
 					t.Fatal(err)

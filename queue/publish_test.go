@@ -20,6 +20,41 @@ func outputBytes(n int) []byte {
 	return b
 }
 
+// A real SIGKILL of the worker process at every step of a publish's
+// commit (pending manifest written; file moved; manifest moved, directory
+// not yet synced): the final key never holds a partial file, and the
+// retry either redoes the work (the file had not moved: no output) or is
+// done without running (the output is whole: its pending manifest is
+// completed).
+func TestSIGKILLAtEveryCommitStep(t *testing.T) {
+	for step, shortCircuit := range map[string]bool{"commit:1": false, "commit:2": true, "commit:3": true} {
+		t.Run(step, func(t *testing.T) {
+			e := newQEnv(t)
+			results := t.TempDir()
+			s := e.supervise(pool{workers: 1, resultsDir: results, env: map[string]string{
+				"TESTJOB_CRASH_AT": step, "TESTJOB_CRASH_MARKER": filepath.Join(t.TempDir(), "crashed")}})
+			w := e.watch()
+			s.waitHealthy(w)
+			const n = 1 << 20
+			id := e.enqueue(e.client(), "publish-at", strconv.Itoa(n))
+			w.untilJob(id, queue.StateDone)
+			evs := e.events(queue.JobTopic(e.q, id))
+			last := evs[len(evs)-1].job
+			runs := s.counts("runs")[id]
+			if !slices.Contains(e.states(id), queue.StateRequeuedStale) {
+				t.Fatalf("events %v: the worker did not die at %s", e.states(id), step)
+			}
+			if last.ShortCircuit != shortCircuit || (shortCircuit && runs != 1) || (!shortCircuit && runs != 2) {
+				t.Errorf("at %s: short_circuit %v, handler runs %d; want short_circuit %v", step, last.ShortCircuit, runs, shortCircuit)
+			}
+			got, err := os.ReadFile(filepath.Join(queue.FSStore{Dir: results}.TaskDir(id), "out.bin"))
+			if err != nil || !bytes.Equal(got, outputBytes(n)) {
+				t.Fatalf("output at its key: %d bytes, err %v; want %d whole", len(got), err, n)
+			}
+		})
+	}
+}
+
 // runPublish runs one task of testjobworker's type typ (n bytes) on a
 // supervised worker until it is done.
 func runPublish(t *testing.T, typ string, n int) (e *qenv, s *supervised, results, id string) {

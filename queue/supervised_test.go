@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"maps"
 	"fmt"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ type pool struct {
 	backoff      time.Duration // restart delay (0 = 5ms)
 	noRecoverer  bool          // the test calls Recover itself
 	resultsDir   string        // VIGIL_RESULTS_DIR ("" = the default)
+	env          map[string]string
 }
 
 // supervised is a real supervisor running the test's pool, with a
@@ -52,6 +54,7 @@ func (e *qenv) supervise(p pool) *supervised {
 	if p.resultsDir != "" {
 		env[health.EnvResultsDir] = p.resultsDir
 	}
+	maps.Copy(env, p.env)
 	sup, err := supervisor.New(supervisor.Config{
 		Host: "h1", RedisURL: e.URL, Prefix: e.Prefix,
 		Pools: []supervisor.Pool{{Queue: e.q, Workers: p.workers, Command: []string{testJobWorker},

@@ -14,6 +14,10 @@
 //	             the next run is done without running
 //	publish-kill [n]  on its first run SIGKILLs its own process halfway
 //	             through writing "out.bin"; later runs publish it whole
+//	publish-at [n]  publishes "out.bin" (declared, like publish); with
+//	             TESTJOB_CRASH_AT naming a crash point of queue (e.g.
+//	             "commit:2") the process SIGKILLs itself there, once: the
+//	             file TESTJOB_CRASH_MARKER records that it did
 //
 // With TESTJOB_LEDGER set, every run is written to a ledger in Redis under
 // that prefix: "runs" and "completions" (task → count), "owners" (task →
@@ -38,6 +42,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/queue"
+	"github.com/vigil-dev/vigil/queue/internal/crashpoint"
 )
 
 // Environment of the test worker.
@@ -114,7 +119,20 @@ func main() {
 		}
 		return l.end(ctx, id)
 	}
-	cfg.Outputs = map[string][]string{"publish": {"out.bin"}}
+	cfg.Outputs = map[string][]string{"publish": {"out.bin"}, "publish-at": {"out.bin"}}
+	if at, marker := os.Getenv("TESTJOB_CRASH_AT"), os.Getenv("TESTJOB_CRASH_MARKER"); at != "" && marker != "" {
+		crashpoint.At = func(point string) bool {
+			if point != at {
+				return false
+			}
+			if f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
+				_ = f.Close()
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // dying
+			}
+			return false
+		}
+	}
 	publish := func(ctx context.Context, t *asynq.Task, killHalfway bool) error {
 		n, _ := strconv.Atoi(string(t.Payload()))
 		_, err := queue.Publish(ctx, "out.bin", func(w io.Writer) error {
@@ -152,6 +170,9 @@ func main() {
 				}
 				return nil
 			})
+		}),
+		"publish-at": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+			return run(ctx, t, func() error { return publish(ctx, t, false) })
 		}),
 		"publish-kill": asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 			return run(ctx, t, func() error { return publish(ctx, t, queue.Crashes(ctx) == 0) })
