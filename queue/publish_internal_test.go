@@ -2,12 +2,12 @@ package queue
 
 import (
 	"bytes"
-	"strconv"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"

@@ -2,8 +2,8 @@ package queue_test
 
 import (
 	"context"
-	"maps"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"syscall"
