@@ -199,9 +199,13 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 	}
 	queues := make([]string, len(cfg.Pools))
 	timeouts, maxTimeouts, retentions := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
+	maxRetries := map[string]int{}
 	for i, p := range cfg.Pools {
 		queues[i], timeouts[p.Queue] = p.Queue, time.Duration(p.TaskTimeout)
 		maxTimeouts[p.Queue], retentions[p.Queue] = time.Duration(p.MaxTaskTimeout), time.Duration(p.Retention)
+		if p.MaxRetry != nil {
+			maxRetries[p.Queue] = *p.MaxRetry
+		}
 	}
 	// asynq's paused key is the truth: start-up lifts no pause, it only
 	// migrates the flags of earlier releases (DESIGN.md §6).
@@ -295,8 +299,8 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 	}
 	v.handler, err = server.New(server.Config{
 		Store: store, Supervisor: v.sup, Queues: queues, TaskTimeouts: timeouts, MaxTaskTimeouts: maxTimeouts,
-		Retentions: retentions,
-		Token:      cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
+		Retentions: retentions, MaxRetries: maxRetries,
+		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
 		ListenHosts: cfg.ListenHosts(), TrustedProxies: proxies, CookieSecure: cfg.CookieSecure,
 		DurableEnqueue: queue.DurableConfig{Replicas: cfg.DurableEnqueue.Replicas, Timeout: time.Duration(cfg.DurableEnqueue.Timeout)},
 		PayloadPreview: int(cfg.JobView.PayloadPreview), MaxPayloadShown: int(cfg.JobView.MaxPayload), ReadBudget: int64(cfg.JobView.ReadBudget),

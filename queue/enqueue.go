@@ -39,6 +39,9 @@ type ClientConfig struct {
 	// Retention option: asynq keeps such a task, completed, that long, so
 	// that its job route still answers (asynq's default is 0: deleted).
 	Retentions map[string]time.Duration
+	// MaxRetries are per-queue MaxRetry given to tasks enqueued with no
+	// MaxRetry option (asynq's default is 25).
+	MaxRetries map[string]int
 	Logger     *slog.Logger
 	Clock      clock.Clock
 	// Durable, with Replicas > 0, makes Enqueue return only once the task
@@ -102,6 +105,9 @@ func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts .
 	}
 	if d := c.cfg.Retentions[q]; d > 0 && !hasOpt(opts, asynq.RetentionOpt) {
 		opts = append(opts, asynq.Retention(d))
+	}
+	if n, ok := c.cfg.MaxRetries[q]; ok && !hasOpt(opts, asynq.MaxRetryOpt) {
+		opts = append(opts, asynq.MaxRetry(n))
 	}
 	opts = append(opts, asynq.Queue(q))
 

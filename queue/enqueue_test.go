@@ -125,6 +125,27 @@ func TestEnqueueKeepsAsynqOptions(t *testing.T) {
 	}
 }
 
+// A pool's max_retry is given to a task enqueued without one (and named by
+// its created event); a task's own MaxRetry wins, 0 included.
+func TestEnqueuePoolMaxRetry(t *testing.T) {
+	e := newQEnv(t)
+	c := queue.NewClient(e.store, queue.ClientConfig{Queues: []string{e.q}, Logger: e.log, MaxRetries: map[string]int{e.q: 2}})
+	ctx := context.Background()
+	w := e.watch()
+	for _, tt := range []struct {
+		opts []asynq.Option
+		want int
+	}{{nil, 2}, {[]asynq.Option{asynq.MaxRetry(7)}, 7}, {[]asynq.Option{asynq.MaxRetry(0)}, 0}} {
+		info, err := c.Enqueue(ctx, e.q, asynq.NewTask("t", nil), tt.opts...)
+		if err != nil || info.MaxRetry != tt.want {
+			t.Fatalf("enqueue %v: %+v, %v; want max_retry %d", tt.opts, info, err, tt.want)
+		}
+		if ev := w.untilJob(info.ID, queue.StateCreated); ev.MaxRetry != tt.want {
+			t.Fatalf("created event %+v, want max_retry %d", ev, tt.want)
+		}
+	}
+}
+
 // TestEnqueueRegistersTheQueueAgain: asynq's client lists a queue in its
 // index only on a process's first enqueue to it; after Redis lost its data
 // the queue would stay unknown to asynq's Inspector. Each Enqueue lists it.

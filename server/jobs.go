@@ -198,7 +198,7 @@ type EnqueueRequest struct {
 	Type             string          `json:"type" minLength:"1" maxLength:"200" pattern:"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$" example:"demo:sleep" doc:"Task type"`
 	Payload          json.RawMessage `json:"payload,omitempty" doc:"Any JSON value, handed to the handler as its bytes"`
 	TaskID           string          `json:"task_id,omitempty" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9._-]*$" doc:"Task id; default a random UUID. 409 if a task with this id exists"`
-	MaxRetry         *int            `json:"max_retry,omitempty" minimum:"0" maximum:"1000" doc:"Retries for handler errors (asynq's default 25)"`
+	MaxRetry         *int            `json:"max_retry,omitempty" minimum:"0" maximum:"1000" doc:"Retries for handler errors (default: the pool's max_retry, 2 unless configured)"`
 	DelaySeconds     float64         `json:"delay_seconds,omitempty" minimum:"0" maximum:"31536000" doc:"Run no sooner than this many seconds from now"`
 	TimeoutSeconds   float64         `json:"timeout_seconds,omitempty" minimum:"0" maximum:"604800" doc:"Per-attempt timeout; default the pool's task_timeout"`
 	UniqueSeconds    float64         `json:"unique_seconds,omitempty" minimum:"0" maximum:"604800" doc:"Refuse (409) a task of the same type and payload in this queue for this long"`

@@ -112,6 +112,9 @@ type Config struct {
 	// the API without one (asynq's Retention: how long a completed job
 	// answers).
 	Retentions map[string]time.Duration
+	// MaxRetries are the pools' max_retry, given to jobs enqueued through
+	// the API without one.
+	MaxRetries map[string]int
 	// SessionTTL is the dashboard cookie's lifetime (default
 	// SessionTTLDefault).
 	SessionTTL time.Duration
@@ -214,7 +217,7 @@ func New(cfg Config) (*Server, error) {
 		reads:  semaphore.NewWeighted(cfg.ReadBudget),
 		insp:   asynq.NewInspectorFromRedisClient(cfg.Store.Client()),
 		jobs: queue.NewClient(cfg.Store, queue.ClientConfig{Queues: cfg.Queues, MaxPayload: cfg.MaxPayload,
-			TaskTimeouts: cfg.TaskTimeouts, Retentions: cfg.Retentions, Logger: cfg.Logger, Clock: cfg.Clock, Durable: cfg.DurableEnqueue}),
+			TaskTimeouts: cfg.TaskTimeouts, Retentions: cfg.Retentions, MaxRetries: cfg.MaxRetries, Logger: cfg.Logger, Clock: cfg.Clock, Durable: cfg.DurableEnqueue}),
 		schedules: cfg.Schedules,
 	}
 	if s.schedules == nil {

@@ -142,6 +142,10 @@ type Alerts struct {
 	Webhook string `yaml:"webhook"`
 }
 
+// MaxRetryDefault is a pool's max_retry when it sets none: two retries,
+// three attempts in all (the seed documents' MAX_ATTEMPTS).
+const MaxRetryDefault = 2
+
 // Pool is one pool.
 type Pool struct {
 	Queue       string   `yaml:"queue"`
@@ -155,7 +159,11 @@ type Pool struct {
 	// Retention is how long asynq keeps a job enqueued through Vigil once
 	// it completed (asynq's Retention; a job's own option wins). 0: not
 	// kept.
-	Retention            Duration          `yaml:"retention"`
+	Retention Duration `yaml:"retention"`
+	// MaxRetry is the retries for handler errors of a job enqueued through
+	// Vigil that sets none (asynq's MaxRetry; a job's own wins). Default
+	// MaxRetryDefault: 3 attempts in all.
+	MaxRetry             *int              `yaml:"max_retry"`
 	Env                  map[string]string `yaml:"env"`
 	Backpressure         Backpressure      `yaml:"backpressure"`
 	KeepScratchOnSuccess bool              `yaml:"keep_scratch_on_success"`
@@ -223,6 +231,9 @@ func (c *Config) PoolDefaults() {
 		p := &c.Pools[i]
 		if p.Concurrency == 0 {
 			p.Concurrency = supervisor.ConcurrencyDefault
+		}
+		if p.MaxRetry == nil {
+			p.MaxRetry = new(MaxRetryDefault)
 		}
 		if p.TaskTimeout == 0 {
 			p.TaskTimeout = Duration(supervisor.TaskTimeoutDefault)
@@ -323,6 +334,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s.backpressure: values must be >= 0 and pause_interval > 0", f)
 		case p.MaxConsecutiveFailures < 0:
 			return fmt.Errorf("%s.max_consecutive_failures must be >= 0", f)
+		case p.MaxRetry != nil && (*p.MaxRetry < 0 || *p.MaxRetry > 1000):
+			return fmt.Errorf("%s.max_retry must be 0 to 1000, got %d", f, *p.MaxRetry)
 		}
 		seen[p.Queue] = true
 	}

@@ -591,7 +591,7 @@ type EnqueueRequest struct {
 	// DelaySeconds Run no sooner than this many seconds from now
 	DelaySeconds *float64 `json:"delay_seconds,omitempty"`
 
-	// MaxRetry Retries for handler errors (asynq's default 25)
+	// MaxRetry Retries for handler errors (default: the pool's max_retry, 2 unless configured)
 	MaxRetry *int64 `json:"max_retry,omitempty"`
 
 	// Payload Any JSON value, handed to the handler as its bytes
