@@ -31,13 +31,7 @@ func TestBackpressureStopsThisWorkerOnly(t *testing.T) {
 	cfg.Clock = fake
 	cfg.Env.Backpressure = health.Backpressure{HighWatermark: 2, LoadThreshold: 1.5, PauseInterval: time.Minute}
 	cfg.Load = func() (float64, error) { return load.Load().(float64), nil }
-	skips := make(chan struct{}, 100)
-	queue.SetTestHooks(&cfg, func() {
-		select {
-		case skips <- struct{}{}:
-		default:
-		}
-	}, nil)
+	skips := skipSignals(&cfg)
 	started := make(chan string, 10)
 	e.runWorker(cfg, map[string]asynq.Handler{
 		"job": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
@@ -70,4 +64,17 @@ func TestBackpressureStopsThisWorkerOnly(t *testing.T) {
 	if n := cfg.Metrics.BackpressurePauses.Load(); n != 1 {
 		t.Fatalf("pauses counted: %d", n)
 	}
+}
+
+// skipSignals returns a channel that hears each dequeue the worker's gate
+// refuses (backpressure, an operator's pause).
+func skipSignals(cfg *queue.WorkerConfig) <-chan struct{} {
+	skips := make(chan struct{}, 100)
+	queue.SetTestHooks(cfg, func() {
+		select {
+		case skips <- struct{}{}:
+		default:
+		}
+	}, nil)
+	return skips
 }

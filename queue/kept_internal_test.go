@@ -26,16 +26,7 @@ func TestKeptOutcomeOfAnEarlierRun(t *testing.T) {
 	env := testredis.New(t)
 	rdb := env.Client
 	ctx := context.Background()
-	q := "kq" + env.Prefix[2:len(env.Prefix)-1]
-	t.Cleanup(func() {
-		if env.Mini == nil {
-			keys, _ := rdb.Keys(ctx, "asynq:{"+q+"}:*").Result()
-			if len(keys) > 0 {
-				rdb.Del(ctx, keys...)
-			}
-			rdb.SRem(ctx, "asynq:queues", q)
-		}
-	})
+	q := testQueue(t, env, "kq")
 	keys := health.NewStore(rdb, env.Prefix, 0).Keys()
 	c := asynq.NewClientFromRedisClient(rdb)
 	defer c.Close()

@@ -27,16 +27,7 @@ func TestLeaseRecoveryLeavesLiveOwnersAlone(t *testing.T) {
 	env := testredis.New(t)
 	rdb := env.Client
 	ctx := context.Background()
-	q := "lq" + env.Prefix[2:len(env.Prefix)-1]
-	t.Cleanup(func() {
-		if env.Mini == nil {
-			keys, _ := rdb.Keys(ctx, "asynq:{"+q+"}:*").Result()
-			if len(keys) > 0 {
-				rdb.Del(ctx, keys...)
-			}
-			rdb.SRem(ctx, "asynq:queues", q)
-		}
-	})
+	q := testQueue(t, env, "lq")
 	store := health.NewStore(rdb, env.Prefix, 0)
 	keys := store.Keys()
 	c := asynq.NewClientFromRedisClient(rdb)

@@ -29,13 +29,7 @@ func TestWorkerPause(t *testing.T) {
 	}
 	fake := clock.NewFake(time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC))
 	cfg.Clock = fake
-	skips := make(chan struct{}, 100)
-	queue.SetTestHooks(&cfg, func() {
-		select {
-		case skips <- struct{}{}:
-		default:
-		}
-	}, nil)
+	skips := skipSignals(&cfg)
 	started := make(chan string, 10)
 	e.runWorker(cfg, map[string]asynq.Handler{
 		"job": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
