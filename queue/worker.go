@@ -163,7 +163,7 @@ func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, er
 		w.metrics = DefaultMetrics
 	}
 	if w.scratchRoot == "" {
-		w.scratchRoot = filepath.Join(os.TempDir(), "vigil-scratch")
+		w.scratchRoot = ScratchRootDefault()
 	}
 	w.outputs, w.declared = cfg.OutputStore, cfg.Outputs
 	if w.outputs == nil {
