@@ -77,22 +77,16 @@ func (s *server) pauseWorker(ctx context.Context, in *WorkerPauseInput, pause bo
 // withPauses fills in the operators' pauses of the workers, in one round
 // trip.
 func (s *server) withPauses(ctx context.Context, ws []Worker) error {
-	ids := make([]health.ComponentID, 0, len(ws))
-	for _, w := range ws {
-		if id, err := health.ParseComponentID(w.Component); err == nil {
-			ids = append(ids, id)
-		}
+	ids := make([]health.ComponentID, len(ws))
+	for i, w := range ws {
+		ids[i], _ = health.ParseComponentID(w.Component) // from a record: valid
 	}
 	pauses, err := s.store.WorkerPauses(ctx, ids)
 	if err != nil {
 		return err
 	}
 	for i := range ws {
-		id, err := health.ParseComponentID(ws[i].Component)
-		if err != nil {
-			continue
-		}
-		if p, ok := pauses[id]; ok {
+		if p, ok := pauses[ids[i]]; ok {
 			ws[i].Paused, ws[i].PausedBy, ws[i].PausedAt, ws[i].PauseReason = true, p.By, p.At.UnixMilli(), p.Reason
 		}
 	}
