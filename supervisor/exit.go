@@ -242,25 +242,50 @@ func (s *Supervisor) alert(kind string, ev health.Event) {
 
 // recoverTasks puts back the tasks of w's reaped process pid.
 // reason labels the metric: crash, stopped, fenced, supervisor_restart or
-// deferred (Redis was away when the process died).
+// deferred (Redis was away when the process died). A recovery Redis could
+// not take is kept by the supervisor, not by w, and made once Redis
+// answers again: w may be forgotten meanwhile (released or fenced, fault
+// explorer E20), its process's tasks still active under its pid.
 func (s *Supervisor) recoverTasks(w *worker, pid int, reason string) {
+	s.recoverPID(w.id, pid, reason)
+}
+
+// recoverPID is recoverTasks by component id.
+func (s *Supervisor) recoverPID(id health.ComponentID, pid int, reason string) {
 	if s.cfg.Recoverer == nil {
 		return
 	}
 	if s.redis.down() {
-		w.recover = append(w.recover, pid)
+		s.recoverLater = append(s.recoverLater, deadPID{id, pid})
 		return
 	}
 	ctx, cancel := s.opCtx()
-	n, err := s.cfg.Recoverer.Recover(ctx, w.id, pid)
+	n, err := s.cfg.Recoverer.Recover(ctx, id, pid)
 	cancel()
 	if err != nil {
-		w.recover = append(w.recover, pid)
+		s.recoverLater = append(s.recoverLater, deadPID{id, pid})
 		s.redisFailed(err)
 		return
 	}
 	if n > 0 {
-		s.cfg.Metrics.Recovered(w.id.Queue, reason, n)
-		s.logw(w).Info("requeued running tasks", "pid", pid, "tasks", n)
+		s.cfg.Metrics.Recovered(id.Queue, reason, n)
+		s.log.Info("requeued running tasks", "component", id.String(), "pid", pid, "tasks", n)
+	}
+}
+
+// deadPID is a reaped process of a component whose tasks still need
+// requeueing.
+type deadPID struct {
+	id  health.ComponentID
+	pid int
+}
+
+// recoverDeferred makes the recoveries Redis could not take, while it
+// answers (a failure keeps the rest for its return).
+func (s *Supervisor) recoverDeferred() {
+	for len(s.recoverLater) > 0 && !s.redis.down() {
+		d := s.recoverLater[0]
+		s.recoverLater = s.recoverLater[1:]
+		s.recoverPID(d.id, d.pid, "deferred")
 	}
 }

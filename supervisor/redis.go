@@ -136,15 +136,11 @@ func (s *Supervisor) rewriteState(why string) {
 				return
 			}
 		}
-		pids := w.recover
-		w.recover = nil
-		for _, pid := range pids {
-			s.recoverTasks(w, pid, "deferred")
-		}
 		if w.state == stRunning {
 			w.judgeFrom = now
 			s.arm(w, timerCheck, s.cfg.Heartbeat.TTL)
 		}
 	}
+	s.recoverDeferred()
 	s.log.Info(why, "records_rewritten", rewritten, "grace", s.cfg.Heartbeat.TTL)
 }

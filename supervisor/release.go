@@ -128,6 +128,7 @@ func (s *Supervisor) releaseAll() {
 	if s.redis.down() {
 		return
 	}
+	s.recoverDeferred() // what an outage left, before this host goes
 	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
 	defer cancel()
 	keys := s.store.Keys()

@@ -20,6 +20,18 @@ import (
 // a stall shorter than that fails no call.
 func stallHarness(t testing.TB, n int) (*harness, *faultproxy.Proxy, *health.Store) {
 	t.Helper()
+	return proxiedHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
+		Policy:    longBackoff,
+		OpTimeout: 3 * time.Second,
+	})
+}
+
+// proxiedHarness is a harness whose supervisor and workers reach the
+// test's Redis through a fault proxy; the returned store reads Redis
+// directly.
+func proxiedHarness(t testing.TB, cfg supervisor.Config) (*harness, *faultproxy.Proxy, *health.Store) {
+	t.Helper()
 	env := testredis.New(t)
 	u, err := url.Parse(env.URL)
 	if err != nil {
@@ -38,11 +50,7 @@ func stallHarness(t testing.TB, n int) (*harness, *faultproxy.Proxy, *health.Sto
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	u.Host = p.Addr()
-	h := newHarnessOn(t, rdb, u.String(), env.Prefix, supervisor.Config{
-		Pools:     []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
-		Policy:    longBackoff,
-		OpTimeout: 3 * time.Second,
-	})
+	h := newHarnessOn(t, rdb, u.String(), env.Prefix, cfg)
 	return h, p, health.NewStore(env.Client, env.Prefix, 0)
 }
 

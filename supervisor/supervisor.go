@@ -60,6 +60,7 @@ type Supervisor struct {
 	stopPulse    func() bool  // stops the pulse timer
 	shuttingDown bool
 	deferred     []func()      // run once the current message is handled
+	recoverLater []deadPID     // recoveries made once Redis answers again
 	drained      chan struct{} // closed once shutting down and no process left
 	cluster      clusterState
 }

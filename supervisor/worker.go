@@ -35,8 +35,7 @@ type worker struct {
 	// uncounted is how many restarts were not counted since Redis went
 	// away; their backoff grows with it.
 	uncounted int
-	recover   []int // pids whose running tasks still need requeueing
-	oldPID    int   // waitingOld: the earlier supervisor's process
+	oldPID    int // waitingOld: the earlier supervisor's process
 	timers    [numTimers]timerRef
 }
 
