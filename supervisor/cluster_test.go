@@ -355,10 +355,10 @@ func TestHostRestartedAfterSIGKILLComesBackAtOnce(t *testing.T) {
 // startHostProcess runs a supervisor of host with n workers of q in a
 // process of its own (testsupervisor -cluster) and returns once it runs;
 // the test's cleanup kills it and shows its log if the test failed.
-func startHostProcess(t *testing.T, env *testredis.Env, host string, n int, lease time.Duration) *exec.Cmd {
+func startHostProcess(t *testing.T, env *testredis.Env, host string, n int, lease time.Duration, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(testSupervisor, "-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
-		"-workers", strconv.Itoa(n), "-host", host, "-lease", lease.String(), "-cluster")
+	cmd := exec.Command(testSupervisor, append([]string{"-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
+		"-workers", strconv.Itoa(n), "-host", host, "-lease", lease.String(), "-cluster"}, args...)...)
 	var stderr syncBuf
 	cmd.Stderr = &stderr
 	out, _ := cmd.StdoutPipe()

@@ -89,3 +89,95 @@ func TestFrozenOrphanDiesWhenAnotherHostTakesItsSlot(t *testing.T) {
 		t.Errorf("takeover counted: %s", describe(now))
 	}
 }
+
+// TestRestartedHostKillsItsFrozenOrphanAtOnce (fault explorer E19, seed
+// 20208 two seeds at a time): a host's supervisor is SIGKILLed and started
+// again as a new instance of the same host, which adopts its slot while the
+// earlier instance's worker still lives. A worker frozen (SIGSTOP) acts on
+// no signal but SIGKILL and does no work: it is killed at once, whether it
+// was frozen before the adopt or while the new instance waits for it, not
+// after stop_timeout (invariant 2: no process outlives its supervisor by
+// more than stop_timeout + 1 s, and a stall before the adopt eats into
+// that). The slot starts once it is gone, no restart counted.
+func TestRestartedHostKillsItsFrozenOrphanAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, mode string
+		before     bool // frozen before its supervisor dies, else while waited for
+	}{
+		{"frozen before the adopt", "beat", true},
+		{"frozen while waited for", "ignore-term", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := testredis.New(t)
+			store := health.NewStore(env.Client, env.Prefix, 0)
+			id := health.ComponentID{Queue: "q"}
+			c := startHostProcess(t, env, "c", 1, clusterLease, "-mode", tc.mode)
+			old := waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
+			t.Cleanup(func() { _ = syscall.Kill(old, syscall.SIGKILL) })
+			if tc.before {
+				freeze(t, old)
+			}
+			// A supervisor running in this process makes it the subreaper
+			// the orphan comes to (one on a Redis of its own, with no
+			// worker).
+			keeper := newHarness(t, supervisor.Config{Host: "keeper",
+				Pools: []supervisor.Pool{{Queue: "q", Workers: 0, Command: []string{testWorker, "beat"}}}})
+			keeper.start()
+			if err := c.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.Wait()
+			if gone(old) {
+				t.Fatalf("the worker %d died with its supervisor: the test tests nothing", old)
+			}
+			// The same host again, in this process (a subreaper of the
+			// same session, as the explorer is), with a stop_timeout far
+			// longer than the wait allowed below.
+			again := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
+				Host: "c", Lease: clusterLease, StopTimeout: 5 * time.Second,
+				Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+				Policy: shortBackoff,
+			})
+			ev := newEventReader(t, store)
+			again.start()
+			again.logs.wait(t, 0, waitTimeout, "waiting for the previous supervisor's worker to exit", "pid="+strconv.Itoa(old))
+			if !tc.before {
+				if gone(old) {
+					t.Fatalf("the worker %d, which ignores SIGTERM, is gone before it was frozen: the test tests nothing", old)
+				}
+				freeze(t, old)
+			}
+			frozen := time.Now()
+			for deadline := frozen.Add(time.Second); !gone(old); {
+				if time.Now().After(deadline) {
+					t.Fatalf("the frozen orphan %d still lives %s after it was frozen and adopted over (stop_timeout %s)",
+						old, time.Since(frozen).Round(time.Millisecond), again.cfg.StopTimeout)
+				}
+				<-time.After(5 * time.Millisecond) // polling another process's /proc entry
+			}
+			t.Logf("the frozen orphan was gone %s after it was frozen and adopted over", time.Since(frozen).Round(time.Millisecond))
+			now := ev.waitFor(store, id, func(c health.Component) bool {
+				return c.Status == health.StatusHealthy && c.PID != old
+			})
+			if now.Restarts.LifetimeRestarts != 0 {
+				t.Errorf("the host's own restart counted: %s", describe(now))
+			}
+		})
+	}
+}
+
+// freeze SIGSTOPs pid and waits until it is stopped.
+func freeze(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(waitTimeout); state(pid) != 'T'; {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %d not stopped by SIGSTOP (state %q)", pid, state(pid))
+		}
+		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
+	}
+}

@@ -75,8 +75,12 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
 // sends it SIGHUP and SIGCONT: it dies. Adopted by a subreaper of its own
 // session (a supervisor embedded in a bigger program, the fault explorer)
 // it is not, and nothing it runs can help: only SIGKILL ends a stopped
-// process. The host that takes its slot, when on the same machine, sends
-// it SIGKILL at once (fault explorer E16).
+// process. Whoever's it is (this host's earlier instance, fault explorer
+// E19, or a lost host's on this machine, E16), a stopped process does no
+// work and is going anyway: it gets SIGKILL at once, and so does one
+// frozen while it is waited for (checked every poll). Waiting stop_timeout
+// for it would let it outlive its supervisor by more than that once
+// anything (a Redis stall) delayed the adopt (invariant 2).
 // On another machine nothing reaches it; it does nothing while frozen
 // (no job taken or finished) and dies once thawed.
 func (s *Supervisor) afterOld(t step, pid int, term bool) {
@@ -88,15 +92,13 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 	}
 	t.to(stWaitingOld)
 	w.oldPID = pid
-	if term {
-		// A stopped process acts on no signal but SIGKILL, and does no
-		// work: killed at once. One that runs gets SIGTERM and the
-		// deadline below.
-		sig := syscall.SIGTERM
-		if processStopped(pid) {
-			sig = syscall.SIGKILL
-		}
-		if err := syscall.Kill(-pid, sig); err != nil && err != syscall.ESRCH {
+	switch {
+	case processStopped(pid):
+		s.logw(w).Warn("the previous supervisor's worker is frozen: killing it", "pid", pid)
+		_ = signalGroup(pid, sigKill)
+	case term:
+		// Another host's: no parent-death signal may ever reach it.
+		if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil && err != syscall.ESRCH {
 			s.logw(w).Error("stop the lost host's process", "pid", pid, "err", err)
 		}
 	}
@@ -108,7 +110,7 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 		defer s.wg.Done()
 		start := time.Now()
 		for ownedProcessAlive(pid, id) {
-			if time.Since(start) > deadline {
+			if time.Since(start) > deadline || processStopped(pid) {
 				_ = signalGroup(pid, sigKill)
 			}
 			select {

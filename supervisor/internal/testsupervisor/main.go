@@ -2,9 +2,9 @@
 // supervisor tests that SIGKILL a supervisor and check that its children
 // do not outlive it (DESIGN.md §4.1, §4.6).
 //
-//	testsupervisor -redis URL -prefix P -worker PATH [-workers N] [-stop-timeout D] [-host H -lease D -interval D -ttl D -cluster]
+//	testsupervisor -redis URL -prefix P -worker PATH [-mode M] [-workers N] [-stop-timeout D] [-host H -lease D -interval D -ttl D -cluster]
 //
-// It runs N workers of queue q, each `PATH beat`, prints "pids <p1> <p2> …"
+// It runs N workers of queue q, each `PATH M` (M: beat unless told), prints "pids <p1> <p2> …"
 // on stdout once every one is healthy, and runs until SIGTERM or SIGINT.
 package main
 
@@ -32,6 +32,7 @@ func main() {
 	url := flag.String("redis", "", "Redis URL")
 	prefix := flag.String("prefix", "", "key prefix")
 	worker := flag.String("worker", "", "path of the testworker binary")
+	mode := flag.String("mode", "beat", "the testworker's mode")
 	n := flag.Int("workers", 3, "workers of queue q")
 	stopTimeout := flag.Duration("stop-timeout", 2*time.Second, "stop_timeout")
 	host := flag.String("host", "orphan", "host id")
@@ -41,13 +42,13 @@ func main() {
 	cluster := flag.Bool("cluster", false, "cluster member: print \"started\" once running instead of waiting for every worker")
 	flag.Parse()
 	hb := supervisor.Heartbeat{Interval: *interval, TTL: *ttl}
-	if err := run(*url, *prefix, *worker, *host, *n, *stopTimeout, *lease, hb, *cluster); err != nil {
+	if err := run(*url, *prefix, []string{*worker, *mode}, *host, *n, *stopTimeout, *lease, hb, *cluster); err != nil {
 		fmt.Fprintln(os.Stderr, "testsupervisor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, prefix, worker, host string, n int, stopTimeout, lease time.Duration, hb supervisor.Heartbeat, cluster bool) error {
+func run(url, prefix string, worker []string, host string, n int, stopTimeout, lease time.Duration, hb supervisor.Heartbeat, cluster bool) error {
 	rdb, err := redisconn.Open(url)
 	if err != nil {
 		return err
@@ -56,7 +57,7 @@ func run(url, prefix, worker, host string, n int, stopTimeout, lease time.Durati
 	store := health.NewStore(rdb, prefix, 0)
 	sup, err := supervisor.New(supervisor.Config{
 		Host: host, RedisURL: url, Prefix: prefix, Lease: lease,
-		Pools:       []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{worker, "beat"}}},
+		Pools:       []supervisor.Pool{{Queue: "q", Workers: n, Command: worker}},
 		Heartbeat:   hb,
 		StopTimeout: stopTimeout,
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, nil)),
