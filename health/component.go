@@ -24,6 +24,9 @@ const (
 	FieldSignal        = "signal"
 	FieldUpdatedAt     = "updated_at"
 	FieldCurrentJob    = "current_job"
+	// FieldRecoveringUntil is when a recovering window ends (Unix ms),
+	// written by the heartbeat script with the status recovering.
+	FieldRecoveringUntil = "recovering_until"
 )
 
 // Fields of the restart-history hash.
@@ -53,7 +56,9 @@ type Component struct {
 	Signal     string
 	UpdatedAt  time.Time
 	CurrentJob string
-	Restarts   policy.State
+	// RecoveringUntil is when the window of a recovering worker ends.
+	RecoveringUntil time.Time
+	Restarts        policy.State
 }
 
 // ms formats t as Unix milliseconds ("" for the zero time).
@@ -76,19 +81,20 @@ func parseMS(s string) time.Time {
 // window's scores (ms).
 func componentFromHash(id ComponentID, h, r map[string]string, crashes []float64) Component {
 	c := Component{
-		ID:            id,
-		Status:        Status(h[FieldStatus]),
-		Reason:        h[FieldReason],
-		Held:          h[FieldHeld] == "1",
-		Host:          h[FieldHost],
-		Instance:      h[FieldInstance],
-		StartedAt:     parseMS(h[FieldStartedAt]),
-		LastHeartbeat: parseMS(h[FieldLastHeartbeat]),
-		HealthySince:  parseMS(h[FieldHealthySince]),
-		Signal:        h[FieldSignal],
-		UpdatedAt:     parseMS(h[FieldUpdatedAt]),
-		CurrentJob:    h[FieldCurrentJob],
-		Restarts:      restartsFromHash(r, crashes),
+		ID:              id,
+		Status:          Status(h[FieldStatus]),
+		Reason:          h[FieldReason],
+		Held:            h[FieldHeld] == "1",
+		Host:            h[FieldHost],
+		Instance:        h[FieldInstance],
+		StartedAt:       parseMS(h[FieldStartedAt]),
+		LastHeartbeat:   parseMS(h[FieldLastHeartbeat]),
+		HealthySince:    parseMS(h[FieldHealthySince]),
+		Signal:          h[FieldSignal],
+		UpdatedAt:       parseMS(h[FieldUpdatedAt]),
+		CurrentJob:      h[FieldCurrentJob],
+		RecoveringUntil: parseMS(h[FieldRecoveringUntil]),
+		Restarts:        restartsFromHash(r, crashes),
 	}
 	c.PID, _ = strconv.Atoi(h[FieldPID])
 	if v, ok := h[FieldExitCode]; ok && v != "" {

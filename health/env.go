@@ -23,7 +23,11 @@ const (
 	EnvHeartbeatInterval = "VIGIL_HEARTBEAT_INTERVAL"
 	EnvHeartbeatTTL      = "VIGIL_HEARTBEAT_TTL"
 	EnvShutdownTimeout   = "VIGIL_SHUTDOWN_TIMEOUT"
-	EnvJobCrashRetries   = "VIGIL_JOB_CRASH_RETRIES"
+	// EnvRecoverMin and EnvRecoverMax bound a recovering window (the
+	// heartbeat script's recover_min and recover_max).
+	EnvRecoverMin      = "VIGIL_RECOVER_MIN"
+	EnvRecoverMax      = "VIGIL_RECOVER_MAX"
+	EnvJobCrashRetries = "VIGIL_JOB_CRASH_RETRIES"
 	// EnvMaxConsecutiveFailures makes a worker whose last N tasks all
 	// failed exit non-zero (0 or absent: never).
 	EnvMaxConsecutiveFailures = "VIGIL_MAX_CONSECUTIVE_FAILURES"
@@ -58,6 +62,8 @@ type WorkerEnv struct {
 	MaxTaskTimeout    time.Duration // 0 = no cap
 	HeartbeatInterval time.Duration
 	HeartbeatTTL      time.Duration
+	RecoverMin        time.Duration
+	RecoverMax        time.Duration
 	ShutdownTimeout   time.Duration
 	JobCrashRetries   int
 	// MaxConsecutiveFailures: exit once this many tasks in a row failed
@@ -100,6 +106,8 @@ func LoadWorkerEnv() (WorkerEnv, error) {
 		{EnvHeartbeatInterval, &e.HeartbeatInterval, HeartbeatIntervalDefault},
 		{EnvHeartbeatTTL, &e.HeartbeatTTL, HeartbeatTTLDefault},
 		{EnvShutdownTimeout, &e.ShutdownTimeout, 9 * time.Second},
+		{EnvRecoverMin, &e.RecoverMin, RecoverMinDefault},
+		{EnvRecoverMax, &e.RecoverMax, RecoverMaxDefault},
 	}
 	for _, d := range durs {
 		*d.dst = d.def
@@ -126,6 +134,9 @@ func LoadWorkerEnv() (WorkerEnv, error) {
 				return e, fmt.Errorf("%s=%q: want a whole number >= 0", n.name, v)
 			}
 		}
+	}
+	if e.RecoverMax < e.RecoverMin {
+		return e, fmt.Errorf("%s (%s) must not be below %s (%s)", EnvRecoverMax, e.RecoverMax, EnvRecoverMin, e.RecoverMin)
 	}
 	if v := os.Getenv(EnvMaxTaskTimeout); v != "" && v != "0" && v != "0s" {
 		if e.MaxTaskTimeout, err = time.ParseDuration(v); err != nil || e.MaxTaskTimeout < 0 {

@@ -62,6 +62,7 @@ type WorkerView struct {
 	FailureReason    string  `json:"failure_reason,omitempty"`
 	LastRestart      int64   `json:"last_restart,omitempty"`
 	RecentCrashes    []int64 `json:"recent_crashes,omitempty"`
+	RecoveringUntil  int64   `json:"recovering_until,omitempty"`
 	// An operator's pause of this worker (WorkerPause; the admin API fills
 	// these in, the supervisor's events leave them out).
 	Paused      bool   `json:"paused,omitempty"`
@@ -98,6 +99,9 @@ func (c Component) View() WorkerView {
 		UpdatedAt:        unixMS(c.UpdatedAt),
 		FailedAt:         unixMS(c.Restarts.FailedAt),
 		FailureReason:    c.Restarts.FailureReason,
+	}
+	if c.Status == StatusRecovering {
+		v.RecoveringUntil = unixMS(c.RecoveringUntil)
 	}
 	if c.HasExit {
 		code := c.ExitCode

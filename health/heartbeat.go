@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,12 @@ const (
 	HeartbeatIntervalDefault = 5 * time.Second
 	HeartbeatTTLDefault      = 30 * time.Second
 	StartTimeoutDefault      = 60 * time.Second
+	// RecoverMinDefault and RecoverMaxDefault bound a recovering window
+	// (Heartbeater.Recover; heartbeat.recover_min and recover_max).
+	RecoverMinDefault = 5 * time.Second
+	RecoverMaxDefault = 120 * time.Second
+	// MaxRecoverReason bounds a recovering window's reason (bytes).
+	MaxRecoverReason = 200
 	// DegradedAfter is how many failed beats in a row log HEARTBEAT_DEGRADED.
 	DegradedAfter = 3
 	// StaleAfter is how many stale answers in a row, an interval apart, make
@@ -42,6 +49,8 @@ const (
 	// yet (the supervisor records it right after the fork). Beat tries a
 	// few times before answering it; the next beat tries again.
 	BeatPending
+	// BeatRecovering: written with a recovering window (Recover).
+	BeatRecovering
 )
 
 // pendingTries and pendingWait bound how long Beat waits for the
@@ -63,6 +72,12 @@ type Heartbeater struct {
 	TTL       time.Duration
 	Logger    *slog.Logger
 	Clock     clock.Clock
+	// RecoverMin and RecoverMax bound a recovering window (0:
+	// RecoverMinDefault, RecoverMaxDefault); the script clamps to them.
+	RecoverMin time.Duration
+	RecoverMax time.Duration
+
+	holdUntil atomic.Int64 // Unix ms: Run sends no ordinary beat before (a recovering window)
 
 	failures atomic.Int64 // failed beats in a row
 	stale    int          // stale answers in a row (Run's goroutine only)
@@ -103,18 +118,70 @@ func (h *Heartbeater) logger() *slog.Logger {
 // BeatPending, having written nothing, when the record still waits for
 // this process's pid.
 func (h *Heartbeater) Beat(ctx context.Context) (BeatResult, error) {
+	r, _, err := h.beat(ctx, 0, "")
+	return r, err
+}
+
+// Recover writes a heartbeat that opens a recovering window of d (clamped
+// to RecoverMin–RecoverMax) with reason: the key lives until the window
+// ends and the record says recovering (issue 20). It returns the window
+// granted (0 when the record is stopping: then it was an ordinary beat).
+// Until one interval before the window ends, Run sends no ordinary beat
+// (one would end the window), unless EndRecovery is called first; a
+// process that cannot beat by the window's end is judged hung.
+func (h *Heartbeater) Recover(ctx context.Context, d time.Duration, reason string) (time.Duration, error) {
+	if d <= 0 {
+		return 0, fmt.Errorf("recover %s: the window must be > 0, got %s", h.ID, d)
+	}
+	if len(reason) > MaxRecoverReason {
+		reason = reason[:MaxRecoverReason]
+	}
+	r, window, err := h.beat(ctx, max(d.Milliseconds(), 1), reason)
+	if err != nil {
+		return 0, err
+	}
+	if r != BeatRecovering {
+		return 0, nil
+	}
+	if hold := window - h.Interval; hold > 0 {
+		h.holdUntil.Store(h.clock().Now().Add(hold).UnixMilli())
+	}
+	return window, nil
+}
+
+// EndRecovery lets Run's next ordinary beat end a recovering window.
+func (h *Heartbeater) EndRecovery() { h.holdUntil.Store(0) }
+
+// holding reports whether Run must not beat now: a recovering window is on.
+func (h *Heartbeater) holding() bool {
+	u := h.holdUntil.Load()
+	return u != 0 && h.clock().Now().UnixMilli() < u
+}
+
+func (h *Heartbeater) recoverBounds() (lo, hi int64) {
+	return cmp.Or(h.RecoverMin, RecoverMinDefault).Milliseconds(), cmp.Or(h.RecoverMax, RecoverMaxDefault).Milliseconds()
+}
+
+// beat runs the heartbeat script; recoverMS > 0 asks for a recovering
+// window. It returns the window granted, with BeatRecovering.
+func (h *Heartbeater) beat(ctx context.Context, recoverMS int64, reason string) (BeatResult, time.Duration, error) {
 	k := h.Store.keys
-	var code int64
+	lo, hi := h.recoverBounds()
+	var code, window int64
 	var status string
 	for try := 1; ; try++ {
 		now := h.clock().Now()
 		res, err := heartbeatScript.Run(ctx, h.Store.rdb, []string{k.Heartbeat(h.ID), k.Component(h.ID)},
-			h.PID, now.UnixMilli(), h.TTL.Milliseconds(), h.Host, h.ID.Queue, h.ID.Slot, ms(h.StartedAt)).Slice()
+			h.PID, now.UnixMilli(), h.TTL.Milliseconds(), h.Host, h.ID.Queue, h.ID.Slot, ms(h.StartedAt),
+			recoverMS, reason, lo, hi).Slice()
 		if err != nil {
-			return 0, fmt.Errorf("heartbeat %s: %w", h.ID, err)
+			return 0, 0, fmt.Errorf("heartbeat %s: %w", h.ID, err)
 		}
 		code, _ = res[0].(int64)
 		status, _ = res[1].(string)
+		if len(res) > 2 {
+			window, _ = res[2].(int64)
+		}
 		if BeatResult(code) != BeatPending || try == pendingTries {
 			break
 		}
@@ -122,21 +189,21 @@ func (h *Heartbeater) Beat(ctx context.Context) (BeatResult, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return BeatPending, nil
+			return BeatPending, 0, nil
 		case <-t.C:
 		}
 	}
 	if code < 0 {
-		return 0, fmt.Errorf("%w (%s is %q)", ErrStale, h.ID, status)
+		return 0, 0, fmt.Errorf("%w (%s is %q)", ErrStale, h.ID, status)
 	}
 	r := BeatResult(code)
 	if r == BeatPending {
-		return r, nil
+		return r, 0, nil
 	}
-	if r == BeatHealthy || r == BeatRecreated {
+	if r == BeatHealthy || r == BeatRecreated || r == BeatRecovering {
 		h.announce(ctx, r)
 	}
-	return r, nil
+	return r, time.Duration(window) * time.Millisecond, nil
 }
 
 // announce writes the event (and the index entry) of a transition the
@@ -184,6 +251,9 @@ func (h *Heartbeater) Run(ctx context.Context) error {
 }
 
 func (h *Heartbeater) once(ctx context.Context) error {
+	if h.holding() {
+		return nil // the recovering window's key still lives
+	}
 	bctx, cancel := context.WithTimeout(ctx, h.Interval)
 	defer cancel()
 	res, err := h.Beat(bctx)

@@ -88,36 +88,75 @@ return {1, tok}
 // heartbeatScript is the worker's heartbeat (DESIGN.md §4.2), one round trip.
 //
 // KEYS: heartbeat key, component hash.
-// ARGV: pid, now ms, ttl ms, host, queue, slot, started_at ms.
+// ARGV: pid, now ms, ttl ms, host, queue, slot, started_at ms, and
+// optionally recover_for ms, reason, recover_min ms, recover_max ms.
 // Returns {code, status}: code -1 stale (another pid owns the record, or the
 // record says the process is not running: the writer must exit), 0 beat
-// written, 1 beat written and starting → healthy, 2 record re-created, 3
-// pending: the record is starting without a pid (the supervisor writes it
-// before the fork and the pid right after), nothing written, try again.
+// written, 1 beat written and starting or recovering → healthy, 2 record
+// re-created, 3 pending: the record is starting without a pid (the
+// supervisor writes it before the fork and the pid right after), nothing
+// written, try again, 4 beat written and the worker recovering, with a
+// third element, the window in ms.
 // A starting record without a pid is never adopted (issue 12, defect 8): a
 // stale process (a fenced worker, an orphan of a killed supervisor) would
 // take the new child's place.
+//
+// A recover_for above 0 opens (or moves) a recovering window (issue 20): it
+// is clamped to [recover_min, recover_max] (5 s and 120 s when absent), the
+// key lives that long (the TTL when longer), and the record says
+// recovering, with the reason and recovering_until. The supervisor judges
+// the key as ever: it expires at the window's end unless beaten, and a key
+// gone is a hang. The next ordinary beat makes the worker healthy again. A
+// stopping worker's recover_for is an ordinary beat.
 var heartbeatScript = redis.NewScript(`
 local pid = redis.call('HGET', KEYS[2], 'pid')
 local st = redis.call('HGET', KEYS[2], 'status')
 if pid and pid ~= ARGV[1] then return {-1, st or ''} end
-if pid and st ~= 'starting' and st ~= 'healthy' and st ~= 'stopping' then return {-1, st or ''} end
+if pid and st ~= 'starting' and st ~= 'healthy' and st ~= 'recovering' and st ~= 'stopping' then return {-1, st or ''} end
 if not pid and st == 'starting' then return {3, st} end
 -- no pid and no record: Redis lost its data: re-create it. Anything else
 -- is not ours.
 if not pid and st then return {-1, st} end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+local px = math.floor(tonumber(ARGV[3]))
+local rf = math.floor(tonumber(ARGV[8] or '') or 0)
+if rf > 0 and st ~= 'stopping' then
+  local lo = math.floor(tonumber(ARGV[10] or '') or 5000)
+  local hi = math.floor(tonumber(ARGV[11] or '') or 120000)
+  if rf < lo then rf = lo end
+  if rf > hi then rf = hi end
+  if rf > px then px = rf end
+else
+  rf = 0
+end
+local now = ARGV[2]
+redis.call('SET', KEYS[1], now, 'PX', px)
+local status = 'healthy'
+if rf > 0 then status = 'recovering' end
 if not pid then
-  redis.call('HSET', KEYS[2], 'status', 'healthy', 'pid', ARGV[1], 'host', ARGV[4], 'queue', ARGV[5],
-    'slot', ARGV[6], 'started_at', ARGV[7], 'healthy_since', ARGV[2], 'last_heartbeat', ARGV[2],
-    'updated_at', ARGV[2], 'held', '0')
-  return {2, 'healthy'}
+  redis.call('HSET', KEYS[2], 'status', status, 'pid', ARGV[1], 'host', ARGV[4], 'queue', ARGV[5],
+    'slot', ARGV[6], 'started_at', ARGV[7], 'healthy_since', now, 'last_heartbeat', now,
+    'updated_at', now, 'held', '0')
+  if rf > 0 then
+    redis.call('HSET', KEYS[2], 'reason', string.sub(ARGV[9] or '', 1, 200), 'recovering_until', tostring(tonumber(now) + px))
+  end
+  return {2, status}
+end
+if rf > 0 then
+  redis.call('HSET', KEYS[2], 'status', 'recovering', 'reason', string.sub(ARGV[9] or '', 1, 200),
+    'recovering_until', tostring(tonumber(now) + px), 'last_heartbeat', now, 'updated_at', now)
+  if st == 'starting' then redis.call('HSET', KEYS[2], 'healthy_since', now) end
+  return {4, 'recovering', px}
 end
 if st == 'starting' then
-  redis.call('HSET', KEYS[2], 'status', 'healthy', 'healthy_since', ARGV[2], 'last_heartbeat', ARGV[2], 'updated_at', ARGV[2])
+  redis.call('HSET', KEYS[2], 'status', 'healthy', 'healthy_since', now, 'last_heartbeat', now, 'updated_at', now)
   return {1, 'healthy'}
 end
-redis.call('HSET', KEYS[2], 'last_heartbeat', ARGV[2])
+if st == 'recovering' then
+  redis.call('HSET', KEYS[2], 'status', 'healthy', 'reason', '', 'last_heartbeat', now, 'updated_at', now)
+  redis.call('HDEL', KEYS[2], 'recovering_until')
+  return {1, 'healthy'}
+end
+redis.call('HSET', KEYS[2], 'last_heartbeat', now)
 return {0, st}
 `)
 

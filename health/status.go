@@ -14,18 +14,23 @@ const (
 	StatusNone     Status = ""
 	StatusStarting Status = "starting"
 	StatusHealthy  Status = "healthy"
-	StatusStopping Status = "stopping"
-	StatusStopped  Status = "stopped"
-	StatusCrashed  Status = "crashed"
-	StatusFailed   Status = "failed"
+	// StatusRecovering: alive, inside a window it announced with a
+	// heartbeat's recover_for (a known long operation); its heartbeat key
+	// lives until the window ends, and its next ordinary beat makes it
+	// healthy again.
+	StatusRecovering Status = "recovering"
+	StatusStopping   Status = "stopping"
+	StatusStopped    Status = "stopped"
+	StatusCrashed    Status = "crashed"
+	StatusFailed     Status = "failed"
 )
 
 // Statuses lists every status a record can hold, in lifecycle order.
-var Statuses = []Status{StatusStarting, StatusHealthy, StatusStopping, StatusStopped, StatusCrashed, StatusFailed}
+var Statuses = []Status{StatusStarting, StatusHealthy, StatusRecovering, StatusStopping, StatusStopped, StatusCrashed, StatusFailed}
 
 // Running reports whether a process is expected to be alive in s.
 func (s Status) Running() bool {
-	return s == StatusStarting || s == StatusHealthy || s == StatusStopping
+	return s == StatusStarting || s == StatusHealthy || s == StatusRecovering || s == StatusStopping
 }
 
 // Actor is who asks for a transition; some are the operator's alone.
@@ -80,16 +85,17 @@ var (
 
 // transitions is DESIGN.md §4's status machine. Anything else is refused.
 var transitions = []rule{
-	{[]state{"", "stopped", "crashed"}, StatusStarting, anyLocal},                                   // spawn, restart after backoff, operator restart
-	{[]state{"failed", heldStopped}, StatusStarting, operator},                                      // operator restart only
-	{[]state{"starting"}, StatusHealthy, monitor},                                                   // first valid heartbeat
-	{[]state{"starting", "healthy"}, StatusStopping, anyLocal},                                      // stop requested
-	{[]state{"stopping"}, StatusStopped, monitor},                                                   // process exited, or reconcile
-	{[]state{"starting", "healthy"}, StatusCrashed, monitor},                                        // exit, hang, bad heartbeat, start timeout, reconcile
-	{[]state{"crashed"}, StatusFailed, monitor},                                                     // policy limit
-	{[]state{"crashed"}, StatusStopped, anyLocal},                                                   // stop during backoff, host shutdown
-	{[]state{"starting", "healthy", "stopping", "crashed"}, StatusStarting, []Actor{ActorTakeover}}, // slot taken over
-	{[]state{"failed", "crashed", "stopped", heldStopped}, StatusStopped, operator},                 // operator reset (held)
+	{[]state{"", "stopped", "crashed"}, StatusStarting, anyLocal},                                                 // spawn, restart after backoff, operator restart
+	{[]state{"failed", heldStopped}, StatusStarting, operator},                                                    // operator restart only
+	{[]state{"starting", "recovering"}, StatusHealthy, monitor},                                                   // first valid heartbeat; an ordinary beat ends a recovering window
+	{[]state{"starting", "healthy", "recovering"}, StatusRecovering, monitor},                                     // a heartbeat with recover_for
+	{[]state{"starting", "healthy", "recovering"}, StatusStopping, anyLocal},                                      // stop requested
+	{[]state{"stopping"}, StatusStopped, monitor},                                                                 // process exited, or reconcile
+	{[]state{"starting", "healthy", "recovering"}, StatusCrashed, monitor},                                        // exit, hang (a window that ran out included), bad heartbeat, start timeout, reconcile
+	{[]state{"crashed"}, StatusFailed, monitor},                                                                   // policy limit
+	{[]state{"crashed"}, StatusStopped, anyLocal},                                                                 // stop during backoff, host shutdown
+	{[]state{"starting", "healthy", "recovering", "stopping", "crashed"}, StatusStarting, []Actor{ActorTakeover}}, // slot taken over
+	{[]state{"failed", "crashed", "stopped", heldStopped}, StatusStopped, operator},                               // operator reset (held)
 }
 
 // ErrTransition is returned when the status machine forbids a change.

@@ -30,6 +30,7 @@ var (
 	none        = designState{status: health.StatusNone}
 	starting    = designState{status: health.StatusStarting}
 	healthy     = designState{status: health.StatusHealthy}
+	recovering  = designState{status: health.StatusRecovering}
 	stopping    = designState{status: health.StatusStopping}
 	stopped     = designState{status: health.StatusStopped}
 	heldStopped = designState{status: health.StatusStopped, held: true}
@@ -56,13 +57,15 @@ var designTable = []struct {
 	{[]designState{none, stopped, crashed}, health.StatusStarting, []health.Actor{monitor, operator}, "spawn, restart after backoff, operator restart"},
 	{[]designState{failed, heldStopped}, health.StatusStarting, []health.Actor{operator}, "operator restart only"},
 	{[]designState{starting}, health.StatusHealthy, []health.Actor{monitor}, "first valid heartbeat"},
-	{[]designState{starting, healthy}, health.StatusStopping, []health.Actor{monitor, operator}, "stop requested (operator, shutdown, drain, pool shrink)"},
+	{[]designState{starting, healthy, recovering}, health.StatusRecovering, []health.Actor{monitor}, "a heartbeat with recover_for (issue 20)"},
+	{[]designState{recovering}, health.StatusHealthy, []health.Actor{monitor}, "an ordinary heartbeat ends the window"},
+	{[]designState{starting, healthy, recovering}, health.StatusStopping, []health.Actor{monitor, operator}, "stop requested (operator, shutdown, drain, pool shrink)"},
 	{[]designState{stopping}, health.StatusStopped, []health.Actor{monitor}, "process exited (any code)"},
-	{[]designState{starting, healthy}, health.StatusCrashed, []health.Actor{monitor}, "unexpected exit, hang, bad heartbeat, start timeout, reconcile"},
+	{[]designState{starting, healthy, recovering}, health.StatusCrashed, []health.Actor{monitor}, "unexpected exit, hang, bad heartbeat, start timeout, reconcile"},
 	{[]designState{stopping}, health.StatusStopped, []health.Actor{monitor}, "reconcile finds it with no process"},
 	{[]designState{crashed}, health.StatusFailed, []health.Actor{monitor}, "policy limit reached"},
 	{[]designState{crashed}, health.StatusStopped, []health.Actor{monitor, operator}, "stop requested during backoff, or host shutdown"},
-	{[]designState{starting, healthy, stopping, crashed}, health.StatusStarting, []health.Actor{takeover}, "another host takes the slot over"},
+	{[]designState{starting, healthy, recovering, stopping, crashed}, health.StatusStarting, []health.Actor{takeover}, "another host takes the slot over"},
 	// "failed, crashed, stopped → stopped + held": a held stopped one may be
 	// reset again.
 	{[]designState{failed, crashed, stopped, heldStopped}, health.StatusStopped, []health.Actor{operator}, "operator reset"},
@@ -97,7 +100,7 @@ func expectedAllowed(from health.Status, held bool, to health.Status, actor heal
 
 func TestAllowedMatchesDesign(t *testing.T) {
 	statuses := []health.Status{
-		health.StatusNone, health.StatusStarting, health.StatusHealthy, health.StatusStopping,
+		health.StatusNone, health.StatusStarting, health.StatusHealthy, health.StatusRecovering, health.StatusStopping,
 		health.StatusStopped, health.StatusCrashed, health.StatusFailed,
 		"bogus", // never stored by Vigil; nothing may lead to or from it
 	}
@@ -127,10 +130,13 @@ func TestAllowedMatchesDesign(t *testing.T) {
 
 // Guards the expected table against a typo: counted by hand from §4,
 // 26 distinct (from, to, actor) triples are allowed (row 7 repeats row 5,
-// and the operator's crashed → stopped is in rows 9 and 11).
+// and the operator's crashed → stopped is in rows 9 and 11), and the
+// recovering windows of issue 20 add 8: three into recovering, one out of
+// it to healthy, to stopping by monitor or operator, to crashed, and a
+// takeover.
 func TestDesignTableSize(t *testing.T) {
-	if n := len(designAllowed()); n != 26 {
-		t.Errorf("expected table allows %d triples, want 26", n)
+	if n := len(designAllowed()); n != 34 {
+		t.Errorf("expected table allows %d triples, want 34", n)
 	}
 }
 

@@ -122,6 +122,9 @@ func recordFields(c Component) (set map[string]string, del []string) {
 	} else {
 		del = append(del, FieldExitCode)
 	}
+	// The supervisor never writes a recovering window: its heartbeat does,
+	// and any status the supervisor writes ends it.
+	del = append(del, FieldRecoveringUntil)
 	if c.Status == StatusStarting {
 		del = append(del, FieldHealthySince, FieldLastHeartbeat, FieldCurrentJob)
 	} else if !c.HealthySince.IsZero() {

@@ -50,8 +50,7 @@ var (
 
 // statuses are reported with 0 when no worker has them, so that series do
 // not come and go.
-var statuses = []health.Status{health.StatusStarting, health.StatusHealthy, health.StatusStopping,
-	health.StatusStopped, health.StatusCrashed, health.StatusFailed}
+var statuses = health.Statuses
 
 // redisCollector reads workers and queues from Redis at scrape time.
 type redisCollector struct {
@@ -156,7 +155,7 @@ func (c *redisCollector) collectWorkers(ctx context.Context, ch chan<- prometheu
 		counter(leaseSkipsDesc, s[queue.StatLeaseRecoverySkips], q, id)
 		counter(recDroppedDesc, s[queue.StatRecordsDropped], q, id)
 		inflight, kept := 0.0, 0.0
-		if w.Status == health.StatusStarting || w.Status == health.StatusHealthy || w.Status == health.StatusStopping {
+		if w.Status.Running() {
 			inflight, kept = float64(s[queue.StatInflight]), float64(s[queue.StatKept])
 		}
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, inflight, q, id)

@@ -206,6 +206,7 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	j.finished = true
 	scratch := j.scratch
 	j.mu.Unlock()
+	w.recovering.done(j)
 	dur := end.Sub(j.start)
 	ev := w.event(j, StateDone)
 	ev.DurationMS = dur.Milliseconds()

@@ -112,6 +112,7 @@ type worker struct {
 	current     currentJobs
 	runs        handlerRuns // the handlers running now, for the shutdown's hand-back
 	gate        *handlerGate
+	recovering  recoveryWindows // tasks that opened a recovering window (Recovering)
 
 	shuttingDown atomic.Bool
 	// failuresInRow counts the tasks that failed since the last success;
@@ -243,7 +244,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 
 	hb := &health.Heartbeater{Store: w.store, ID: w.id, PID: w.pid, Host: w.env.Host,
 		StartedAt: w.clock.Now(), Interval: w.env.HeartbeatInterval, TTL: w.env.HeartbeatTTL,
-		Logger: w.log, Clock: w.clock}
+		RecoverMin: w.env.RecoverMin, RecoverMax: w.env.RecoverMax, Logger: w.log, Clock: w.clock}
+	w.recovering.hb = hb
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              w.env.Concurrency,

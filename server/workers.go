@@ -15,7 +15,7 @@ type Worker struct {
 	Component        string  `json:"component" example:"worker:tag:0" doc:"Component id, worker:<queue>:<slot>"`
 	ID               int     `json:"id" example:"0" doc:"Slot number within the pool"`
 	QueueType        string  `json:"queue_type" example:"tag" doc:"The queue the worker consumes"`
-	Status           string  `json:"status" enum:"starting,healthy,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (DESIGN.md §4)"`
+	Status           string  `json:"status" enum:"starting,healthy,recovering,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (README \"Worker statuses\")"`
 	Reason           string  `json:"reason,omitempty" example:"exit code 1" doc:"Why it is in this status"`
 	Held             bool    `json:"held" doc:"Stopped by an operator: not started again until an operator restart"`
 	Host             string  `json:"host,omitempty" example:"box-1" doc:"Host that runs it"`
@@ -33,6 +33,7 @@ type Worker struct {
 	FailureReason    string  `json:"failure_reason,omitempty" example:"5 crashes within 5m0s" doc:"Why it was marked failed"`
 	LastRestart      int64   `json:"last_restart,omitempty" example:"1790000000500" doc:"When the last counted restart was decided (Unix ms)"`
 	RecentCrashes    []int64 `json:"recent_crashes,omitempty" example:"[1790000000000]" doc:"Times of the counted crashes in the restart policy's window, oldest first (Unix ms): the window the policy judges"`
+	RecoveringUntil  int64   `json:"recovering_until,omitempty" example:"1790000060000" doc:"While recovering: when the window its heartbeat announced ends (Unix ms); past it without an ordinary beat, the worker is a crash"`
 	Paused           bool    `json:"paused,omitempty" doc:"Paused by an operator (POST .../pause): the worker takes no task, keeps beating and finishes what it runs; survives its restarts"`
 	PausedBy         string  `json:"paused_by,omitempty" example:"alice" doc:"Who paused it"`
 	PausedAt         int64   `json:"paused_at,omitempty" doc:"When it was paused (Unix ms)"`

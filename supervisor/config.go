@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,10 @@ type Heartbeat struct {
 	Interval     time.Duration
 	TTL          time.Duration
 	StartTimeout time.Duration
+	// RecoverMin and RecoverMax bound the recovering windows workers ask
+	// for (0: health.RecoverMinDefault, RecoverMaxDefault).
+	RecoverMin time.Duration
+	RecoverMax time.Duration
 }
 
 // Recoverer puts back the tasks a dead worker was running. The supervisor
@@ -138,6 +143,8 @@ func (c Config) withDefaults() Config {
 	if c.Heartbeat.StartTimeout == 0 {
 		c.Heartbeat.StartTimeout = health.StartTimeoutDefault
 	}
+	c.Heartbeat.RecoverMin = cmp.Or(c.Heartbeat.RecoverMin, health.RecoverMinDefault)
+	c.Heartbeat.RecoverMax = cmp.Or(c.Heartbeat.RecoverMax, health.RecoverMaxDefault)
 	c.Policy = c.Policy.WithDefaults()
 	if c.StopTimeout == 0 {
 		c.StopTimeout = StopTimeoutDefault
@@ -192,6 +199,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("heartbeat.ttl (%s) must be greater than heartbeat.interval (%s)", hb.TTL, hb.Interval)
 	case hb.StartTimeout <= 0:
 		return errors.New("heartbeat.start_timeout must be > 0")
+	case hb.RecoverMin < 0 || hb.RecoverMax < hb.RecoverMin:
+		return fmt.Errorf("heartbeat.recover_min (%s) must be >= 0 and at most heartbeat.recover_max (%s)", hb.RecoverMin, hb.RecoverMax)
 	case c.Lease < 300*time.Millisecond:
 		return fmt.Errorf("lease must be at least 300ms, got %s", c.Lease)
 	case c.Capacity < 0:

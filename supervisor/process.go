@@ -117,6 +117,8 @@ func (s *Supervisor) workerEnv(p *Pool, id health.ComponentID, spawn string) []s
 		health.EnvTaskTimeout+"="+p.TaskTimeout.String(),
 		health.EnvHeartbeatInterval+"="+hb.Interval.String(),
 		health.EnvHeartbeatTTL+"="+hb.TTL.String(),
+		health.EnvRecoverMin+"="+hb.RecoverMin.String(),
+		health.EnvRecoverMax+"="+hb.RecoverMax.String(),
 		health.EnvShutdownTimeout+"="+(s.cfg.StopTimeout-time.Second).String(),
 		health.EnvJobCrashRetries+"="+strconv.Itoa(s.cfg.Policy.CrashRetries()),
 		health.EnvSpawn+"="+spawn,

@@ -37,7 +37,7 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
 			return
 		}
 		s.afterOld(t, rec.PID, false)
-	case health.StatusStarting, health.StatusHealthy, health.StatusStopping:
+	case health.StatusStarting, health.StatusHealthy, health.StatusRecovering, health.StatusStopping:
 		if !ours {
 			// Its host is gone (its lease expired): start it here. Its
 			// tasks come back through asynq's lease recovery.

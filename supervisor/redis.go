@@ -108,7 +108,7 @@ func (s *Supervisor) rewriteState(why string) {
 	rewritten := 0
 	for i, id := range ids {
 		w := s.workers[id]
-		if stored[i].Status == health.StatusHealthy && w.rec.Status == health.StatusStarting && stored[i].PID == w.rec.PID {
+		if beaten(stored[i].Status) && w.rec.Status == health.StatusStarting && stored[i].PID == w.rec.PID {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, stored[i].HealthySince
 		}
 		// A record with no instance while ours has one was re-created by

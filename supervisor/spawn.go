@@ -141,9 +141,11 @@ func (s *Supervisor) check(t step) {
 		s.killFor(w, health.ExitBadHeartbeat, "bad_heartbeat", "invalid heartbeat "+quoteShort(p.Value))
 	case p.TTL > 0:
 		w.sawBeat, w.expires = true, now.Add(p.TTL)
-		if p.Status == health.StatusHealthy && w.rec.Status == health.StatusStarting {
+		if beaten(p.Status) && w.rec.Status == health.StatusStarting {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, p.HealthySince
 		}
+		// At the key's expiry: a recovering window (issue 20) moved it
+		// further, and the window's end is judged as any expiry.
 		s.arm(w, timerCheck, p.TTL+time.Millisecond)
 	case p.Status == health.StatusNone || p.Instance == "":
 		// Key and record gone (or the record re-created without what only
@@ -158,7 +160,7 @@ func (s *Supervisor) check(t step) {
 		// ended): the worker may have had no chance to beat. Judged once it
 		// has answered for a TTL (fault explorer E14).
 		s.arm(w, timerCheck, s.redis.answeredFor(hb.TTL, now)+time.Millisecond)
-	case w.sawBeat || p.Status == health.StatusHealthy:
+	case w.sawBeat || beaten(p.Status):
 		s.killFor(w, health.ExitHeartbeatTimeout, "hang", "heartbeat expired")
 	default:
 		left := hb.StartTimeout - now.Sub(latest(w.judgeFrom, s.redis.answeringSince()))
@@ -168,6 +170,13 @@ func (s *Supervisor) check(t step) {
 		}
 		s.arm(w, timerCheck, min(hb.Interval, left))
 	}
+}
+
+// beaten reports whether a stored status says the worker has beaten: it
+// is healthy, or recovering (a window its heartbeat opened). In memory the
+// supervisor holds both as healthy: the window lives in the key's TTL.
+func beaten(s health.Status) bool {
+	return s == health.StatusHealthy || s == health.StatusRecovering
 }
 
 func quoteShort(v string) string {

@@ -6,6 +6,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -123,6 +124,10 @@ type Heartbeat struct {
 	Interval     Duration `yaml:"interval"`
 	TTL          Duration `yaml:"ttl"`
 	StartTimeout Duration `yaml:"start_timeout"`
+	// RecoverMin and RecoverMax bound a recovering window (the heartbeat
+	// script's recover_for is clamped to them).
+	RecoverMin Duration `yaml:"recover_min"`
+	RecoverMax Duration `yaml:"recover_max"`
 }
 
 // Policy is policy.Config as written in the file.
@@ -185,12 +190,13 @@ type Backpressure struct {
 // Default returns the configuration with every default of DESIGN.md §10.
 func Default() Config {
 	return Config{
-		Listen:          "127.0.0.1:8080",
-		Prefix:          health.PrefixDefault,
-		Lease:           Duration(15 * time.Second),
-		MaxBody:         1 << 20,
-		SSE:             SSE{MaxClients: 10_000, MaxClientsPerAddress: 32 /* server.SSEMaxClientsPerAddressDefault */, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
-		Heartbeat:       Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault)},
+		Listen:  "127.0.0.1:8080",
+		Prefix:  health.PrefixDefault,
+		Lease:   Duration(15 * time.Second),
+		MaxBody: 1 << 20,
+		SSE:     SSE{MaxClients: 10_000, MaxClientsPerAddress: 32 /* server.SSEMaxClientsPerAddressDefault */, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
+		Heartbeat: Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault),
+			RecoverMin: Duration(health.RecoverMinDefault), RecoverMax: Duration(health.RecoverMaxDefault)},
 		StopTimeout:     Duration(supervisor.StopTimeoutDefault),
 		MaxPoolSize:     1000,
 		LogFormat:       "text",
@@ -273,6 +279,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("heartbeat.ttl (%s) must be greater than heartbeat.interval (%s)", hb.TTL, hb.Interval)
 	case hb.StartTimeout <= 0:
 		return errors.New("heartbeat.start_timeout must be > 0")
+	case hb.RecoverMin < 0 || hb.RecoverMax < 0:
+		return errors.New("heartbeat.recover_min and recover_max must be >= 0 (0: 5s and 2m)")
+	case cmp.Or(hb.RecoverMax, Duration(health.RecoverMaxDefault)) < cmp.Or(hb.RecoverMin, Duration(health.RecoverMinDefault)):
+		return fmt.Errorf("heartbeat.recover_max (%s) must be at least heartbeat.recover_min (%s)", hb.RecoverMax, hb.RecoverMin)
 	case time.Duration(c.StopTimeout) < time.Second:
 		return fmt.Errorf("stop_timeout must be at least 1s, got %s", c.StopTimeout)
 	case c.Lease <= 0:
@@ -441,7 +451,8 @@ func (c Config) ScratchRoots(def string) (roots map[string][]string, minAge map[
 // HeartbeatConfig converts the heartbeat section.
 func (c Config) HeartbeatConfig() supervisor.Heartbeat {
 	return supervisor.Heartbeat{Interval: time.Duration(c.Heartbeat.Interval), TTL: time.Duration(c.Heartbeat.TTL),
-		StartTimeout: time.Duration(c.Heartbeat.StartTimeout)}
+		StartTimeout: time.Duration(c.Heartbeat.StartTimeout), RecoverMin: time.Duration(c.Heartbeat.RecoverMin),
+		RecoverMax: time.Duration(c.Heartbeat.RecoverMax)}
 }
 
 // describe turns a YAML error into one line that names the field.

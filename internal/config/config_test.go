@@ -54,6 +54,9 @@ func TestDefaultsFillOmittedFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if hb := c.HeartbeatConfig(); hb.RecoverMin != 5*time.Second || hb.RecoverMax != 2*time.Minute {
+		t.Errorf("recovering window bounds %v–%v, want 5s–2m", hb.RecoverMin, hb.RecoverMax)
+	}
 	if time.Duration(c.Heartbeat.TTL) != 30*time.Second || c.Pools[0].Concurrency != 1 || c.Listen != "127.0.0.1:8080" {
 		t.Fatalf("defaults not applied: %+v", c)
 	}
@@ -69,6 +72,8 @@ func TestBadInputNamesTheField(t *testing.T) {
 		{"bad pool duration", "pools: [{queue: q, command: [x], task_timeout: 1y}]", `pools[0].task_timeout: invalid duration`},
 		{"zero ttl", "heartbeat: {ttl: 0s}", "heartbeat.ttl must be > 0"},
 		{"ttl not above interval", "heartbeat: {interval: 5s, ttl: 5s}", "heartbeat.ttl (5s) must be greater than heartbeat.interval"},
+		{"recover window inverted", "heartbeat: {recover_min: 60s, recover_max: 10s}", "heartbeat.recover_max (10s) must be at least heartbeat.recover_min (1m0s)"},
+		{"negative recover_min", "heartbeat: {recover_min: -1s}", "heartbeat.recover_min and recover_max must be >= 0"},
 		{"empty command", "pools: [{queue: q, workers: 1, command: []}]", "pools[0].command"},
 		{"duplicate queue", "pools: [{queue: q, command: [x]}, {queue: q, command: [y]}]", "pools[1].queue: duplicate"},
 		{"bad queue name", "pools: [{queue: 'Q:1', command: [x]}]", "pools[0].queue"},

@@ -435,12 +435,13 @@ func (e SnapshotEventType) Valid() bool {
 
 // Defines values for WorkerStatus.
 const (
-	WorkerStatusCrashed  WorkerStatus = "crashed"
-	WorkerStatusFailed   WorkerStatus = "failed"
-	WorkerStatusHealthy  WorkerStatus = "healthy"
-	WorkerStatusStarting WorkerStatus = "starting"
-	WorkerStatusStopped  WorkerStatus = "stopped"
-	WorkerStatusStopping WorkerStatus = "stopping"
+	WorkerStatusCrashed    WorkerStatus = "crashed"
+	WorkerStatusFailed     WorkerStatus = "failed"
+	WorkerStatusHealthy    WorkerStatus = "healthy"
+	WorkerStatusRecovering WorkerStatus = "recovering"
+	WorkerStatusStarting   WorkerStatus = "starting"
+	WorkerStatusStopped    WorkerStatus = "stopped"
+	WorkerStatusStopping   WorkerStatus = "stopping"
 )
 
 // Valid indicates whether the value is a known member of the WorkerStatus enum.
@@ -451,6 +452,8 @@ func (e WorkerStatus) Valid() bool {
 	case WorkerStatusFailed:
 		return true
 	case WorkerStatusHealthy:
+		return true
+	case WorkerStatusRecovering:
 		return true
 	case WorkerStatusStarting:
 		return true
@@ -1635,6 +1638,11 @@ type Worker struct {
 	// Example: [1790000000000]
 	RecentCrashes *[]int64 `json:"recent_crashes,omitempty"`
 
+	// RecoveringUntil While recovering: when the window its heartbeat announced ends (Unix ms); past it without an ordinary beat, the worker is a crash
+	//
+	// Example: 1790000060000
+	RecoveringUntil *int64 `json:"recovering_until,omitempty"`
+
 	// RestartCount Consecutive counted restarts
 	//
 	// Example: 0
@@ -1650,7 +1658,7 @@ type Worker struct {
 	// Example: 1790000000000
 	StartedAt *int64 `json:"started_at,omitempty"`
 
-	// Status Lifecycle status (DESIGN.md §4)
+	// Status Lifecycle status (README "Worker statuses")
 	//
 	// Example: healthy
 	Status WorkerStatus `json:"status"`
@@ -1661,7 +1669,7 @@ type Worker struct {
 	UpdatedAt *int64 `json:"updated_at,omitempty"`
 }
 
-// WorkerStatus Lifecycle status (DESIGN.md §4)
+// WorkerStatus Lifecycle status (README "Worker statuses")
 //
 // Example: healthy
 type WorkerStatus string

@@ -5,9 +5,9 @@
 // the API sent that is not named here.
 import { el, text, badge, when, ago, clock, dur, link } from './dom.js';
 
-// Worker statuses (DESIGN.md §4), in the order the filters list them.
-export const WORKER_STATUSES = ['starting', 'healthy', 'stopping', 'stopped', 'crashed', 'failed'];
-export const RUNNING = new Set(['starting', 'healthy', 'stopping']);
+// Worker statuses (README "Worker statuses"), in the order the filters list them.
+export const WORKER_STATUSES = ['starting', 'healthy', 'recovering', 'stopping', 'stopped', 'crashed', 'failed'];
+export const RUNNING = new Set(['starting', 'healthy', 'recovering', 'stopping']);
 
 // Job states of asynq, in the order of the jobs view's tabs, with the
 // count of queue statistics that says how many there are (null: unknown).
@@ -51,6 +51,7 @@ export const WORKER_FIELDS = [
   { key: 'current_job', label: 'current job' },
   { key: 'started_at', label: 'started', get: (w) => when(w.started_at) },
   { key: 'healthy_since', label: 'healthy since', get: (w) => when(w.healthy_since) },
+  { key: 'recovering_until', label: 'recovering until', get: (w) => when(w.recovering_until) },
   { key: 'last_heartbeat', label: 'last heartbeat', get: (w) => when(w.last_heartbeat) },
   { key: 'exit_code', label: 'last exit', get: exitText, also: ['signal'] },
   { key: 'updated_at', label: 'record updated', get: (w) => when(w.updated_at) },

@@ -12,6 +12,9 @@
 //	ignore-term     heartbeat, ignore SIGTERM
 //	needredis       beat, but exit 1 when the first heartbeat fails (as a
 //	                worker that gives up when Redis does not answer)
+//	recover D       one heartbeat, then a recovering window of D ("loading"),
+//	                then stay alive without beating
+//	recover-beat D  one heartbeat, a recovering window of D, then beat on
 //
 // It writes "ready <pid>" to stdout after its first heartbeat.
 package main
@@ -52,7 +55,8 @@ func main() {
 	}
 	store := health.NewStore(rdb, env.Prefix, 0)
 	hb := &health.Heartbeater{Store: store, ID: env.Component, PID: os.Getpid(), Host: env.Host,
-		StartedAt: time.Now(), Interval: env.HeartbeatInterval, TTL: env.HeartbeatTTL}
+		StartedAt: time.Now(), Interval: env.HeartbeatInterval, TTL: env.HeartbeatTTL,
+		RecoverMin: env.RecoverMin, RecoverMax: env.RecoverMax}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if mode == "ignore-term" {
@@ -106,6 +110,19 @@ func main() {
 	case "hang":
 		<-ctx.Done()
 		return
+	case "recover", "recover-beat":
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			fatal(err.Error())
+		}
+		if _, err := hb.Recover(ctx, d, "loading"); err != nil {
+			fatal(err.Error())
+		}
+		if mode == "recover" {
+			<-ctx.Done()
+			return
+		}
+		hb.EndRecovery()
 	}
 	if err := hb.Run(ctx); err != nil {
 		fatal(err.Error())

@@ -1,0 +1,75 @@
+package supervisor_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/supervisor"
+)
+
+// recoverBeat: a TTL of 500 ms, windows from 100 ms: a 2 s window outlives
+// the TTL four times over.
+var recoverBeat = supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: 500 * time.Millisecond,
+	RecoverMin: 100 * time.Millisecond, RecoverMax: 3 * time.Second}
+
+// A worker that opens a recovering window longer than its TTL and then
+// stops beating is not killed inside the window: the monitor re-arms at
+// the key's new expiry. Past the window it is a hang like any other, a
+// counted crash (issue 20).
+func TestRecoveringWindowOutlivesTTLThenExpiryIsACrash(t *testing.T) {
+	t.Parallel()
+	const window = 2 * time.Second
+	h := newHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "recover", window.String()}}},
+		Heartbeat: recoverBeat,
+		Policy:    longBackoff,
+	})
+	id := health.ComponentID{Queue: "q"}
+	ev := newEventReader(t, h.store)
+	h.start()
+	rec := ev.waitEvent(id, func(w health.WorkerView) bool { return w.Status == string(health.StatusRecovering) })
+	if rec.Reason != "loading" || rec.RecoveringUntil == 0 {
+		t.Fatalf("recovering event %+v, want reason loading and recovering_until", rec)
+	}
+	crashed := ev.waitEvent(id, func(w health.WorkerView) bool { return w.Status == string(health.StatusCrashed) })
+	until := time.UnixMilli(rec.LastHeartbeat).Add(window)
+	if rec.RecoveringUntil != until.UnixMilli() {
+		t.Errorf("recovering_until %d, want the window's end %d", rec.RecoveringUntil, until.UnixMilli())
+	}
+	at := time.UnixMilli(crashed.UpdatedAt)
+	if at.Before(until) {
+		t.Errorf("killed at %v, %v before its window's end: the TTL (%v) was judged, not the window",
+			at.Format(time.StampMilli), until.Sub(at), recoverBeat.TTL)
+	}
+	if crashed.ExitCode == nil || *crashed.ExitCode != health.ExitHeartbeatTimeout || crashed.Reason != "heartbeat expired" {
+		t.Errorf("crash %+v, want exit_code -2, heartbeat expired", crashed)
+	}
+	if crashed.RestartCount != 1 || crashed.LifetimeRestarts != 1 {
+		t.Errorf("crash not counted: restart_count %d lifetime %d", crashed.RestartCount, crashed.LifetimeRestarts)
+	}
+}
+
+// A worker that opens a window and then beats on is healthy again at its
+// next beat, and stays up past the window's end.
+func TestRecoveringEndsAtNextBeat(t *testing.T) {
+	t.Parallel()
+	const window = time.Second
+	h := newHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "recover-beat", window.String()}}},
+		Heartbeat: recoverBeat,
+		Policy:    longBackoff,
+	})
+	id := health.ComponentID{Queue: "q"}
+	ev := newEventReader(t, h.store)
+	h.start()
+	rec := ev.waitEvent(id, func(w health.WorkerView) bool { return w.Status == string(health.StatusRecovering) })
+	back := ev.waitEvent(id, func(w health.WorkerView) bool { return w.Status == string(health.StatusHealthy) })
+	if back.PID != rec.PID || back.Reason != "" || back.RecoveringUntil != 0 {
+		t.Errorf("after the window: %+v, want the same process healthy without reason", back)
+	}
+	// Past the window's end and two TTLs: still the same process.
+	ev.expectNone(time.Until(time.UnixMilli(rec.RecoveringUntil).Add(2*recoverBeat.TTL)), func(w health.WorkerView) bool {
+		return w.Component == id.String() && w.Status != string(health.StatusHealthy)
+	})
+}
