@@ -27,7 +27,8 @@ return 0
 
 // renewScript extends a lease that is still ours, or takes it again if it
 // is gone (Redis came back empty, or it expired with nobody taking it):
-// 1 held, 0 lost to another holder. KEYS: lease. ARGV: me, lease ms.
+// 1 held, 2 taken again, 0 lost to another holder. KEYS: lease. ARGV: me,
+// lease ms.
 var renewScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
@@ -36,7 +37,7 @@ if v == ARGV[1] then
 end
 if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
+  return 2
 end
 return 0
 `)
@@ -67,6 +68,33 @@ func (s *Store) Claim(ctx context.Context, key, me, takeover string, lease time.
 // (one script call per key, pipelined, since on a Redis Cluster the keys
 // live in different slots); lost[i] reports the ones that are not.
 func (s *Store) Renew(ctx context.Context, keys []string, me string, lease time.Duration) (lost []bool, err error) {
+	rs, err := s.RenewLeases(ctx, keys, me, lease)
+	if err != nil {
+		return nil, err
+	}
+	lost = make([]bool, len(rs))
+	for i, r := range rs {
+		lost[i] = r == LeaseLost
+	}
+	return lost, nil
+}
+
+// Renewal is what renewing one lease found.
+type Renewal uint8
+
+const (
+	// LeaseHeld: still me's, extended.
+	LeaseHeld Renewal = iota
+	// LeaseRetaken: gone (it expired, or Redis lost it), taken again: it
+	// was nobody's for a while, and may have been another's meanwhile.
+	LeaseRetaken
+	// LeaseLost: another holder's.
+	LeaseLost
+)
+
+// RenewLeases is Renew reporting, for each lease, whether it was held,
+// gone and taken again, or lost.
+func (s *Store) RenewLeases(ctx context.Context, keys []string, me string, lease time.Duration) ([]Renewal, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(keys))
 	for i, k := range keys {
@@ -79,14 +107,20 @@ func (s *Store) Renew(ctx context.Context, keys []string, me string, lease time.
 		if err := renewScript.Load(ctx, s.rdb).Err(); err != nil {
 			return nil, fmt.Errorf("load renew script: %w", err)
 		}
-		return s.Renew(ctx, keys, me, lease)
+		return s.RenewLeases(ctx, keys, me, lease)
 	}
-	lost = make([]bool, len(keys))
+	out := make([]Renewal, len(keys))
 	for i, c := range cmds {
-		n, _ := c.Int()
-		lost[i] = n != 1
+		switch n, _ := c.Int(); n {
+		case 1:
+			out[i] = LeaseHeld
+		case 2:
+			out[i] = LeaseRetaken
+		default:
+			out[i] = LeaseLost
+		}
 	}
-	return lost, nil
+	return out, nil
 }
 
 // Release deletes the lease at key if it is me's.

@@ -68,16 +68,19 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 		limit = p.holding + 1 // slots nobody took for a whole tick: take one more
 	}
 	var toAdopt []health.ComponentID
+	var claimedAt []time.Time
 	for _, i := range free {
 		if p.holding >= limit {
 			break
 		}
+		at := time.Now() // real time, as the lease's expiry
 		ok, err := s.store.Claim(ctx, lk[i], s.cluster.me, s.cluster.takeover, s.cfg.Lease)
 		if err != nil {
 			return p, err
 		}
 		if ok && s.workers[all[i]] == nil {
 			toAdopt = append(toAdopt, all[i])
+			claimedAt = append(claimedAt, at)
 			p.holding++
 		}
 	}
@@ -88,7 +91,7 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 			return p, err
 		}
 		for i, id := range toAdopt {
-			s.adopt(id, recs[i])
+			s.adopt(id, recs[i], claimedAt[i])
 		}
 	}
 	return p, nil

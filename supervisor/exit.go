@@ -92,7 +92,10 @@ func (s *Supervisor) exitCrashed(t step, m exitMsg, pid, code int, sig string) {
 	if w.kill.code != 0 {
 		code, sig, reason, cause = w.kill.code, "", w.kill.reason, w.kill.cause
 	} else if other, ok := s.recordNamesAnother(w, pid); ok {
-		s.exitStale(t, pid, code, sig, reason, other)
+		s.exitStale(t, pid, code, sig, reason, "stale: the record named "+other)
+		return
+	} else if why, ok := s.holdBroken(w); ok {
+		s.exitStale(t, pid, code, sig, reason, why)
 		return
 	}
 	s.crashed(t, pid, code, sig, reason, cause)
@@ -127,26 +130,61 @@ func (s *Supervisor) recordNamesAnother(w *worker, pid int) (string, bool) {
 	return "pid " + itoa(p.PID) + " of instance " + quoteShort(p.Instance), true
 }
 
-// exitStale handles the exit of a worker whose record named another
-// process (fault explorer E17): after a data loss, another host's worker
+// exitStale handles an exit that is not counted because this host may not
+// have held the slot alone while the process ran: the record names another
+// process (fault explorer E17: after a data loss, another host's worker
 // re-created the record by its heartbeat while this host took the vanished
-// lease back, and this host's worker, finding itself stale, exited. No
-// crash is counted. If the lease is another's, the write is refused and
-// the worker fenced; if it is this host's, the other host fences its
-// process at its next renewal (a third of a lease) and SIGKILLs it within
-// stop_timeout: the worker starts again after both (invariant 1: never
-// two processes for one slot).
-func (s *Supervisor) exitStale(t step, pid, code int, sig, reason, other string) {
+// lease back, and this host's worker, finding itself stale, exited), or
+// this host's hold on the lease broke since the process started
+// (holdBroken, E18). why says which. No crash is counted. If the lease is
+// another's, the write is refused and the worker fenced; if it is this
+// host's, the other host fences its process at its next renewal (a third
+// of a lease) and SIGKILLs it within stop_timeout: the worker starts again
+// after both (invariant 1: never two processes for one slot), and not
+// before this host has renewed the lease (see onTimer).
+func (s *Supervisor) exitStale(t step, pid, code int, sig, reason, why string) {
 	w := t.w
 	r := &w.rec
-	r.Status, r.Reason = health.StatusCrashed, reason+" (stale: the record named "+other+"; not counted)"
+	r.Status, r.Reason = health.StatusCrashed, reason+" ("+why+"; not counted)"
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
 	s.recoverTasks(w, pid, "fenced")
 	delay := s.cfg.Lease/3 + s.cfg.StopTimeout + staleMargin
-	s.logw(w).Warn("worker exited stale: its record names another process; not counted", "pid", pid,
-		"exit_code", code, "other", other, "restart_in", delay)
+	s.logw(w).Warn("worker exited while this host may not have held its slot alone; not counted", "pid", pid,
+		"exit_code", code, "why", why, "restart_in", delay)
 	s.scheduleRestart(t, delay)
+}
+
+// holdBroken reports whether this host's hold on w's slot lease may have
+// broken since w's process started, and how (fault explorer E18). Another
+// host can take the slot only once the lease is gone (it lapsed while this
+// host could not renew it, or Redis lost it), and its takeover stops the
+// process it finds on this machine (SIGTERM, then SIGKILL): an exit then is
+// not a crash, however clean or violent. It broke if the lease was found
+// gone and taken again since the process started, if this host has not
+// renewed it for a lease (it may have lapsed: Redis is away or slow; a
+// cut-off host cannot tell), or if it is not this host's now.
+func (s *Supervisor) holdBroken(w *worker) (string, bool) {
+	switch {
+	case w.heldSince.After(w.procSince):
+		return "this host's lease on the slot was gone and taken again since the process started", true
+	case time.Since(w.heldAt) >= s.cfg.Lease:
+		return "this host's lease on the slot not renewed for " + time.Since(w.heldAt).Round(time.Millisecond).String() +
+			": it may have lapsed and been taken", true
+	case s.redis.down():
+		return "", false
+	}
+	ctx, cancel := s.opCtx()
+	hs, err := s.store.LeaseHolders(ctx, []string{s.store.Keys().Slot(w.id)})
+	cancel()
+	if err != nil {
+		s.redisFailed(err)
+		return "", false
+	}
+	if hs[0] != s.cluster.me {
+		return "this host's lease on the slot is gone (" + quoteShort(hs[0]) + " holds it)", true
+	}
+	return "", false
 }
 
 // staleMargin is added to the time another host takes to fence and kill

@@ -151,10 +151,21 @@ func (s *Supervisor) onTimer(m timerMsg) {
 			s.check(t)
 		}
 	case timerRestart:
-		if t, ok := s.begin(w, evBackoffDone); ok {
-			s.cfg.Metrics.Restart(w.id.Queue, "backoff")
-			_ = s.spawn(t, health.ActorMonitor, false)
+		t, ok := s.begin(w, evBackoffDone)
+		if !ok {
+			return
 		}
+		if d := time.Since(w.heldAt); d >= s.cfg.Lease {
+			// This host has not renewed the slot's lease for a lease (Redis
+			// is away): it may be another host's by now, which would run
+			// the slot too (invariant 1). The restart waits for a renewal;
+			// a lost lease fences the worker instead.
+			s.logw(w).Info("restart held: the slot's lease not renewed for a lease", "since", d.Round(time.Millisecond))
+			s.arm(w, timerRestart, s.cfg.Lease/3)
+			return
+		}
+		s.cfg.Metrics.Restart(w.id.Queue, "backoff")
+		_ = s.spawn(t, health.ActorMonitor, false)
 	case timerKill:
 		if _, ok := s.begin(w, evStopTimeout); ok {
 			s.stopTimeout(w)

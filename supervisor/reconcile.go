@@ -12,9 +12,10 @@ import (
 
 // adopt takes over what Redis says about a component whose slot this host
 // has just claimed (DESIGN.md §4.6, §11) and starts it if it should run.
-// Restarts made here are not counted.
-func (s *Supervisor) adopt(id health.ComponentID, rec health.Component) {
-	w := &worker{id: id, pool: s.pool(id.Queue), rec: rec, state: stIdle}
+// Restarts made here are not counted. claimedAt is when the claim that took
+// the slot's lease was sent (real time).
+func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedAt time.Time) {
+	w := &worker{id: id, pool: s.pool(id.Queue), rec: rec, state: stIdle, heldAt: claimedAt, heldSince: claimedAt}
 	w.rec.ID = id
 	s.workers[id] = w
 	t, _ := s.begin(w, evAdopt)

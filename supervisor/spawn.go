@@ -79,6 +79,7 @@ func (s *Supervisor) spawn(t step, actor health.Actor, writeRestarts bool) error
 	case health.ActorTakeover:
 		s.cfg.Metrics.Restart(w.id.Queue, "takeover")
 	}
+	w.procSince = time.Now()
 	proc, err := s.startProcess(w.pool, w.id)
 	if err != nil {
 		s.logw(w).Error("spawn failed", "err", err)

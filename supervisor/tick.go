@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"time"
+
+	"github.com/vigil-dev/vigil/health"
 )
 
 func (s *Supervisor) armTick() {
@@ -109,15 +111,25 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 	}
 	// The renewal is the monitor's pulse: one round trip every tick, timed
 	// for the availability judgement (a stall is seen by it).
-	start := s.cfg.Clock.Now()
-	lost, err := s.store.Renew(ctx, keys, s.cluster.me, s.cfg.Lease)
+	start, sent := s.cfg.Clock.Now(), time.Now()
+	rs, err := s.store.RenewLeases(ctx, keys, s.cluster.me, s.cfg.Lease)
 	if err != nil {
 		return err
 	}
 	s.answered(start)
 	for i, w := range held {
-		if lost[i] {
+		switch rs[i] {
+		case health.LeaseLost:
 			s.fence(w)
+		case health.LeaseRetaken:
+			// Gone since the last renewal: it lapsed (Redis was away for
+			// longer than a lease) or vanished (Redis lost its data). It
+			// was nobody's for a while and may have been another host's,
+			// whose takeover may have stopped our process (see holdBroken).
+			s.logw(w).Warn("slot lease was gone: taken again", "last_held", sent.Sub(w.heldAt).Round(time.Millisecond))
+			w.heldAt, w.heldSince = sent, sent
+		default:
+			w.heldAt = sent
 		}
 	}
 	return nil

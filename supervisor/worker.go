@@ -37,6 +37,13 @@ type worker struct {
 	uncounted int
 	oldPID    int // waitingOld: the earlier supervisor's process
 	timers    [numTimers]timerRef
+	// This host's hold on the slot's lease, in real time (leases expire on
+	// Redis's clock): heldAt is when the last call that found the lease
+	// this host's was sent (its claim, or a renewal), heldSince when the
+	// current unbroken hold began (the claim, or a renewal that found the
+	// lease gone and took it again). procSince is when the current process
+	// was started, in the same time. See holdBroken.
+	heldAt, heldSince, procSince time.Time
 }
 
 type killCause struct {
