@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/policy"
@@ -248,23 +250,7 @@ func BenchmarkSupervise1000(b *testing.B) {
 	for _, id := range ids("q", n) {
 		waitForWithin(b, store, id, isStatus(health.StatusHealthy), time.Minute)
 	}
-	ctx := context.Background()
-	stats := func() map[string]int64 {
-		info, err := env.Client.Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		out := map[string]int64{}
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-			if !ok {
-				continue
-			}
-			calls, _, _ := strings.Cut(rest, ",")
-			out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(calls, 10, 64)
-		}
-		return out
-	}
+	stats := func() map[string]int64 { return commandStats(b, env.Client) }
 	cpu := func() time.Duration {
 		stat, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
 		if err != nil {
@@ -354,4 +340,24 @@ func BenchmarkRestartLatency(b *testing.B) {
 	}
 	b.StopTimer()
 	reportPercentiles(b, lat)
+}
+
+// commandStats reads Redis's count of calls per command (INFO
+// commandstats; commands run inside scripts are counted too).
+func commandStats(tb testing.TB, rdb redis.UniversalClient) map[string]int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(calls, 10, 64)
+	}
+	return out
 }
