@@ -114,6 +114,10 @@ func (k Keys) WorkerPause(c ComponentID) string { return k.tagged("wpause", c) }
 // Slot is the slot lease of the component.
 func (k Keys) Slot(c ComponentID) string { return k.tagged("slot", c) }
 
+// Free is the set of component ids whose slot lease was seen free: a hint
+// for the claim step (DESIGN.md §11), which only the lease decides.
+func (k Keys) Free() string { return k.Prefix + "free" }
+
 // Components is the set of every known component id.
 func (k Keys) Components() string { return k.Prefix + "components" }
 

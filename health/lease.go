@@ -64,6 +64,34 @@ func (s *Store) Claim(ctx context.Context, key, me, takeover string, lease time.
 	return n == 1, nil
 }
 
+// ClaimMany tries to take the leases at keys for me (see Claim), in one
+// round trip; ok[i] reports the ones taken.
+func (s *Store) ClaimMany(ctx context.Context, keys []string, me, takeover string, lease time.Duration) (ok []bool, err error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{k}, me, lease.Milliseconds(), takeover)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		if !isNoScript(err) {
+			return nil, fmt.Errorf("claim %d leases: %w", len(keys), err)
+		}
+		if err := claimScript.Load(ctx, s.rdb).Err(); err != nil {
+			return nil, fmt.Errorf("load claim script: %w", err)
+		}
+		return s.ClaimMany(ctx, keys, me, takeover, lease)
+	}
+	ok = make([]bool, len(keys))
+	for i, c := range cmds {
+		n, _ := c.Int()
+		ok[i] = n == 1
+	}
+	return ok, nil
+}
+
 // Renew extends the leases at keys that are still me's, in one round trip
 // (one script call per key, pipelined, since on a Redis Cluster the keys
 // live in different slots); lost[i] reports the ones that are not.
@@ -131,6 +159,69 @@ func (s *Store) Release(ctx context.Context, key, me string) error {
 	return nil
 }
 
+// ReleaseSlot gives up the slot lease of id if it is me's, and adds id to
+// the free set, so that the other hosts see it free at their next tick
+// without reading every lease.
+func (s *Store) ReleaseSlot(ctx context.Context, id ComponentID, me string) error {
+	n, err := releaseScript.Run(ctx, s.rdb, []string{s.keys.Slot(id)}, me).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("release %s: %w", id, err)
+	}
+	if n == 1 {
+		return s.MarkFree(ctx, []ComponentID{id})
+	}
+	return nil
+}
+
+// MarkFree adds ids to the free set (see Keys.Free).
+func (s *Store) MarkFree(ctx context.Context, ids []ComponentID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ms := make([]any, len(ids))
+	for i, id := range ids {
+		ms[i] = id.String()
+	}
+	if err := s.rdb.SAdd(ctx, s.keys.Free(), ms...).Err(); err != nil {
+		return fmt.Errorf("mark %d slots free: %w", len(ids), err)
+	}
+	return nil
+}
+
+// ForgetFree removes ids from the free set.
+func (s *Store) ForgetFree(ctx context.Context, ids []ComponentID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ms := make([]any, len(ids))
+	for i, id := range ids {
+		ms[i] = id.String()
+	}
+	if err := s.rdb.SRem(ctx, s.keys.Free(), ms...).Err(); err != nil {
+		return fmt.Errorf("forget %d free slots: %w", len(ids), err)
+	}
+	return nil
+}
+
+// FreeSlots reads the free set. A member that is not a component id is
+// removed (nothing Vigil writes; the set is a hint).
+func (s *Store) FreeSlots(ctx context.Context) ([]ComponentID, error) {
+	ms, err := s.rdb.SMembers(ctx, s.keys.Free()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read free slots: %w", err)
+	}
+	out := make([]ComponentID, 0, len(ms))
+	for _, m := range ms {
+		id, err := ParseComponentID(m)
+		if err != nil {
+			s.rdb.SRem(ctx, s.keys.Free(), m)
+			continue
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
 // LeaseHolders reads the values of the leases at keys ("" when free).
 func (s *Store) LeaseHolders(ctx context.Context, keys []string) ([]string, error) {
 	pipe := s.rdb.Pipeline()
@@ -163,6 +254,10 @@ type Host struct {
 	StartedAt time.Time `json:"started_at"`
 	SeenAt    time.Time `json:"seen_at"`
 	Alive     bool      `json:"alive"`
+	// TTL is what is left of the record's lease when it was read (0 when
+	// gone): a live host renews it every third of a lease, so less than
+	// half a lease left means it missed a renewal.
+	TTL time.Duration `json:"-"`
 }
 
 func (h Host) fields() map[string]string {
@@ -207,26 +302,32 @@ func (s *Store) ReadHost(ctx context.Context, id string) (Host, error) {
 
 // Hosts lists every host seen (alive or not), by id.
 func (s *Store) Hosts(ctx context.Context) ([]Host, error) {
-	ids, err := s.rdb.ZRange(ctx, s.keys.Hosts(), 0, -1).Result()
+	zs, err := s.rdb.ZRangeWithScores(ctx, s.keys.Hosts(), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("list hosts: %w", err)
 	}
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, len(ids))
-	seen := make([]*redis.FloatCmd, len(ids))
-	for i, id := range ids {
+	cmds := make([]*redis.MapStringStringCmd, len(zs))
+	ttls := make([]*redis.DurationCmd, len(zs))
+	for i, z := range zs {
+		id, _ := z.Member.(string)
 		cmds[i] = pipe.HGetAll(ctx, s.keys.Host(id))
-		seen[i] = pipe.ZScore(ctx, s.keys.Hosts(), id)
+		ttls[i] = pipe.PTTL(ctx, s.keys.Host(id))
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read hosts: %w", err)
+	if len(zs) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("read hosts: %w", err)
+		}
 	}
-	out := make([]Host, len(ids))
-	for i, id := range ids {
+	out := make([]Host, len(zs))
+	for i, z := range zs {
+		id, _ := z.Member.(string)
 		out[i] = hostFromHash(id, cmds[i].Val())
 		out[i].ID = id
 		if !out[i].Alive {
-			out[i].SeenAt = time.UnixMilli(int64(seen[i].Val()))
+			out[i].SeenAt = time.UnixMilli(int64(z.Score))
+		} else if ttl := ttls[i].Val(); ttl > 0 {
+			out[i].TTL = ttl
 		}
 	}
 	return out, nil

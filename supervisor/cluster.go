@@ -29,18 +29,22 @@ var ErrHostInUse = errors.New("host id in use")
 
 // clusterState is the monitor's view of the cluster.
 type clusterState struct {
-	me        string // lease value: <host>/<instance>
-	takeover  string // lease prefix of this host's earlier instances
-	started   time.Time
-	sizes     map[string]int
-	draining  bool
-	leader    bool
-	freeSeen  bool              // free slots were left at the previous tick
-	lastStats map[string]string // leader: last announced queue stats
-	tick      func() bool       // stops the tick timer
-	early     time.Duration     // next tick sooner than a third of a lease
-	refused   map[string]string // queue → pool size in Redis refused (logged once)
-	left      bool              // shut down: leases released, no more ticks
+	me           string // lease value: <host>/<instance>
+	takeover     string // lease prefix of this host's earlier instances
+	started      time.Time
+	sizes        map[string]int
+	draining     bool
+	leader       bool
+	freeSeen     bool                 // free slots were left at the previous tick
+	scanNext     bool                 // the next claim reads every lease (see needScan)
+	alive        map[string]bool      // hosts alive at the last tick
+	scannedSizes string               // pool sizes at the last tick
+	unreleased   []health.ComponentID // forgotten while Redis did not answer: released at the next tick
+	lastStats    map[string]string    // leader: last announced queue stats
+	tick         func() bool          // stops the tick timer
+	early        time.Duration        // next tick sooner than a third of a lease
+	refused      map[string]string    // queue → pool size in Redis refused (logged once)
+	left         bool                 // shut down: leases released, no more ticks
 }
 
 // joinCluster registers this host (DESIGN.md §11): a live record with this

@@ -77,13 +77,41 @@ func (s *Supervisor) forget(t step, releaseLease bool) {
 	s.disarmAll(w)
 	delete(s.workers, w.id)
 	t.to(stGone)
-	if releaseLease && !s.redis.down() {
-		ctx, cancel := s.opCtx()
-		defer cancel()
-		if err := s.store.Release(ctx, s.store.Keys().Slot(w.id), s.cluster.me); err != nil {
-			s.logw(w).Warn("release slot lease", "err", err)
-		}
+	if !releaseLease {
+		return
 	}
+	if s.redis.down() {
+		s.cluster.unreleased = append(s.cluster.unreleased, w.id)
+		return
+	}
+	ctx, cancel := s.opCtx()
+	defer cancel()
+	if err := s.store.ReleaseSlot(ctx, w.id, s.cluster.me); err != nil {
+		s.logw(w).Warn("release slot lease", "err", err)
+		s.cluster.unreleased = append(s.cluster.unreleased, w.id)
+	}
+}
+
+// releaseLater gives up the leases that forget could not release (Redis
+// did not answer) and shows those slots free: their leases would
+// otherwise run out unseen by the other hosts, which read only the free
+// set in steady state (see claim).
+func (s *Supervisor) releaseLater(ctx context.Context) error {
+	var ids []health.ComponentID
+	for _, id := range s.cluster.unreleased {
+		if s.workers[id] != nil {
+			continue // held again since
+		}
+		if err := s.store.ReleaseSlot(ctx, id, s.cluster.me); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	if err := s.store.MarkFree(ctx, ids); err != nil {
+		return err
+	}
+	s.cluster.unreleased = nil
+	return nil
 }
 
 // fence stops w at once: its lease is another host's now (DESIGN.md §11).
@@ -133,7 +161,7 @@ func (s *Supervisor) releaseAll() {
 	defer cancel()
 	keys := s.store.Keys()
 	for _, id := range s.ids() {
-		if err := s.store.Release(ctx, keys.Slot(id), s.cluster.me); err != nil {
+		if err := s.store.ReleaseSlot(ctx, id, s.cluster.me); err != nil {
 			s.log.Warn("release slot lease", "component", id.String(), "err", err)
 		}
 	}

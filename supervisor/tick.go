@@ -69,6 +69,7 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	// 3. Our own record gone although no call failed: Redis lost its data.
 	if !first && !listed(ctl.hosts, s.cfg.Host) {
 		s.log.Warn("this host's record is gone from Redis: it lost its data; writing the state again")
+		s.cluster.scanNext = true // the free set went with the rest
 		s.dataLost("state written again after Redis lost its data")
 		if s.redis.down() {
 			return nil
@@ -77,6 +78,9 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	// 4. Release what we should not hold: slots beyond a shrunk pool, all
 	// of them while draining.
 	s.releaseUnwanted()
+	if err := s.releaseLater(ctx); err != nil {
+		return err
+	}
 	// 5. Claim free slots up to our fair share.
 	p, err := s.claim(ctx, ctl, first)
 	if err != nil {
