@@ -70,7 +70,9 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 				cand = append(cand, id)
 			}
 		}
-		slices.SortFunc(cand, func(a, b health.ComponentID) int { return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Slot, b.Slot)) })
+		slices.SortFunc(cand, func(a, b health.ComponentID) int {
+			return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Slot, b.Slot))
+		})
 		if len(cand) == 0 {
 			s.cluster.freeSeen = false
 			return p, s.store.ForgetFree(ctx, gone)
