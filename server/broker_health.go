@@ -43,7 +43,7 @@ func newHealthWatcher(s *server) *healthWatcher {
 // notify is the broker's onEntry: worker and host changes may change the
 // health.
 func (h *healthWatcher) notify(typ, topic string) {
-	if typ == health.EventWorker || strings.HasPrefix(topic, "host:") {
+	if typ == health.EventWorker || typ == health.EventWorkerRemoved || strings.HasPrefix(topic, "host:") {
 		h.poke()
 	}
 }

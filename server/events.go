@@ -35,6 +35,16 @@ type WorkerUpdateEvent struct {
 	Worker    Worker `json:"worker"`
 }
 
+// WorkerRemovedEvent says a worker beyond its pool was removed for good
+// (topic worker:<q>:<slot>:status): its last state and restart history,
+// which only the event stream keeps from then on.
+type WorkerRemovedEvent struct {
+	Topic     string `json:"topic" example:"worker:tag:4:status"`
+	Type      string `json:"type" enum:"worker_removed"`
+	Timestamp int64  `json:"timestamp" doc:"Unix ms"`
+	Worker    Worker `json:"worker"`
+}
+
 // QueueUpdateEvent is a queue's statistics (queue:<q>:status), or all
 // queues' (queue:status, queue empty), announced by the leader when they
 // change.
@@ -134,16 +144,17 @@ type ResetEvent struct {
 
 // eventTypes maps each SSE event name to its data's type, for the spec.
 var eventTypes = map[string]any{
-	health.EventSnapshot: SnapshotEvent{},
-	health.EventWorker:   WorkerUpdateEvent{},
-	health.EventQueue:    QueueUpdateEvent{},
-	health.EventJob:      JobUpdateEvent{},
-	health.EventHost:     HostUpdateEvent{},
-	health.EventHealth:   HealthUpdateEvent{},
-	health.EventAction:   ActionEvent{},
-	health.EventReset:    ResetEvent{},
-	schedule.EventFired:  ScheduleFiredEvent{},
-	schedule.EventMissed: ScheduleMissedEvent{},
+	health.EventSnapshot:      SnapshotEvent{},
+	health.EventWorker:        WorkerUpdateEvent{},
+	health.EventWorkerRemoved: WorkerRemovedEvent{},
+	health.EventQueue:         QueueUpdateEvent{},
+	health.EventJob:           JobUpdateEvent{},
+	health.EventHost:          HostUpdateEvent{},
+	health.EventHealth:        HealthUpdateEvent{},
+	health.EventAction:        ActionEvent{},
+	health.EventReset:         ResetEvent{},
+	schedule.EventFired:       ScheduleFiredEvent{},
+	schedule.EventMissed:      ScheduleMissedEvent{},
 }
 
 const eventsDescription = `Server-sent events (DESIGN.md §8). On connect, one ` + "`snapshot`" + ` per matching topic that exists

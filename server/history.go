@@ -39,9 +39,9 @@ type HistoryInput struct {
 type HistoryEvent struct {
 	ID        string          `json:"id" example:"1790000000000-0" doc:"Its id in the stream (the SSE id)"`
 	Topic     string          `json:"topic" example:"worker:tag:0:status"`
-	Type      string          `json:"type" enum:"worker_update,queue_update,job_update,host_update,health_update,action" example:"worker_update"`
+	Type      string          `json:"type" enum:"worker_update,worker_removed,queue_update,job_update,host_update,health_update,action" example:"worker_update"`
 	Timestamp int64           `json:"timestamp" doc:"Unix ms"`
-	Worker    *Worker         `json:"worker,omitempty" doc:"worker_update: the worker's new state"`
+	Worker    *Worker         `json:"worker,omitempty" doc:"worker_update: the worker's new state; worker_removed: its last"`
 	Action    *Action         `json:"action,omitempty" doc:"action: what an operator did"`
 	Data      json.RawMessage `json:"data,omitempty" doc:"The other types' payload, as in the event stream (job_update: a job event, queue_update: queue statistics, …)"`
 }

@@ -69,6 +69,7 @@ func (s *server) register(api huma.API) {
 	s.registerHealth(api)
 	s.registerWorkers(api)
 	s.registerWorkerPause(api)
+	s.registerWorkerRemove(api)
 	s.registerQueues(api)
 	s.registerJobs(api)
 	s.registerSession(api)

@@ -49,6 +49,8 @@ type Supervisor interface {
 	Restart(ctx context.Context, id health.ComponentID) (health.Component, error)
 	StopComponent(ctx context.Context, id health.ComponentID) (health.Component, error)
 	Reset(ctx context.Context, id health.ComponentID, restart bool) (health.Component, error)
+	// Remove deletes a stopped component beyond its pool's size for good.
+	Remove(ctx context.Context, id health.ComponentID) error
 	Logs(id health.ComponentID) []string
 }
 

@@ -69,7 +69,7 @@ type WorkerOutput struct{ Body Worker }
 
 // WorkerAction is the answer to an action on a worker.
 type WorkerAction struct {
-	Action  string `json:"action" enum:"restart,stop,reset,pause,resume" example:"restart" doc:"What was done"`
+	Action  string `json:"action" enum:"restart,stop,reset,pause,resume,remove" example:"restart" doc:"What was done"`
 	Message string `json:"message" example:"worker:tag:0 restarted" doc:"What happened, for people"`
 	Worker  Worker `json:"worker" doc:"The worker's state once the action was written"`
 }
@@ -234,5 +234,8 @@ func (noSupervisor) StopComponent(_ context.Context, id health.ComponentID) (hea
 }
 func (noSupervisor) Reset(_ context.Context, id health.ComponentID, _ bool) (health.Component, error) {
 	return health.Component{}, unknownComponent(id)
+}
+func (noSupervisor) Remove(_ context.Context, id health.ComponentID) error {
+	return unknownComponent(id)
 }
 func (noSupervisor) Logs(health.ComponentID) []string { return nil }

@@ -101,8 +101,11 @@ func refusal(w *worker, ev event) error {
 		return fmt.Errorf("%s: %w (waiting for its previous process to exit)", w.id, health.ErrTransition)
 	}
 	to := health.StatusStopped
-	if ev == evOpRestart {
+	switch ev {
+	case evOpRestart:
 		to = health.StatusStarting
+	case evOpRemove:
+		to = health.StatusNone // removed
 	}
 	return &health.TransitionError{Component: w.id, From: w.rec.Status, Held: w.rec.Held, To: to, Actor: health.ActorOperator}
 }

@@ -178,14 +178,16 @@ func TestClusterPoolResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSpread(t, store, 6, []string{"a", "b"}, 3)
+	ev := newEventReader(t, store)
 	if err := supervisor.SetPoolSize(ctx, store, "q", 2); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids("q", 6)[2:] {
-		c := waitFor(t, store, id, isStatus(health.StatusStopped))
-		if c.Reason != "pool shrink" || c.Held {
-			t.Errorf("%s after shrink: %s", id, describe(c))
+	// Stopped, then removed by their holders (issue 20).
+	for id, w := range ev.waitRemoved(ids("q", 6)[2:]...) {
+		if w.Status != string(health.StatusStopped) || w.Reason != "pool shrink" || w.Held {
+			t.Errorf("%s after shrink: %+v", id, w)
 		}
+		assertGone(t, store, id)
 	}
 	waitSpread(t, store, 2, []string{"a", "b"}, 1)
 	if err := supervisor.SetPoolSize(ctx, store, "q", -1); err == nil {

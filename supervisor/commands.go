@@ -100,6 +100,9 @@ func (s *Supervisor) forward(ctx context.Context, op string, id health.Component
 		}
 		return health.Component{}, errors.New(r.Err)
 	}
+	if op == "remove" {
+		return health.Component{}, nil // gone
+	}
 	return s.store.Get(ctx, id)
 }
 
@@ -203,6 +206,8 @@ func (s *Supervisor) runCommand(c command) {
 			rec, err = s.stopLocal(ctx, id)
 		case "reset":
 			rec, err = s.resetLocal(ctx, id, c.Restart)
+		case "remove":
+			rec, err = s.removeLocal(ctx, id)
 		default:
 			err = fmt.Errorf("unknown command %q", c.Op)
 		}

@@ -84,6 +84,15 @@ func (s *Supervisor) forget(t step, releaseLease bool) {
 		s.cluster.unreleased = append(s.cluster.unreleased, w.id)
 		return
 	}
+	// A slot beyond its shrunk pool goes for good, its lease with it
+	// (issue 20); if Redis refuses, it is only released.
+	if s.beyondPool(w.id) {
+		err := s.removeState(w)
+		if err == nil {
+			return
+		}
+		s.logw(w).Warn("remove worker beyond its pool; releasing its slot only", "err", err)
+	}
 	ctx, cancel := s.opCtx()
 	defer cancel()
 	if err := s.store.ReleaseSlot(ctx, w.id, s.cluster.me); err != nil {

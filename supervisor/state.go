@@ -77,10 +77,11 @@ const (
 	evRelease                  // tick: the slot must go (drain, shrink, rebalance)
 	evFence                    // the slot's lease is another host's
 	evRewrite                  // Redis is back, or lost its data: write the record again
+	evOpRemove                 // operator removes a stopped slot beyond its pool (its keys go)
 )
 
 var eventNames = [...]string{"adopt", "exit", "check", "backoff_done", "stop_timeout", "old_gone",
-	"operator_restart", "operator_stop", "operator_reset", "shutdown", "release", "fence", "rewrite"}
+	"operator_restart", "operator_stop", "operator_reset", "shutdown", "release", "fence", "rewrite", "operator_remove"}
 
 func (e event) String() string {
 	if int(e) < len(eventNames) {
@@ -125,6 +126,7 @@ var workerRules = []workerRule{
 	{evFence, states(stIdle, stBackoff, stWaitingOld), states(stGone)},
 	{evRewrite, states(stIdle, stBackoff, stRunning, stStopping, stReleasing, stWaitingOld),
 		states(stIdle, stBackoff, stRunning, stStopping, stReleasing, stWaitingOld)}, // nothing moves
+	{evOpRemove, states(stIdle), states(stGone, stIdle)}, // removed, or refused by Redis (kept)
 }
 
 func rule(ev event, from workerState) *workerRule {

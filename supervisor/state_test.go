@@ -10,7 +10,7 @@ var allStates = []workerState{stIdle, stBackoff, stRunning, stStopping, stReleas
 // Each (event, state) pair has at most one rule, so that "is this event
 // legal here, and where may it lead" has one answer.
 func TestWorkerRulesUnambiguous(t *testing.T) {
-	for ev := evAdopt; ev <= evRewrite; ev++ {
+	for ev := evAdopt; ev <= evOpRemove; ev++ {
 		for _, st := range allStates {
 			n := 0
 			for _, r := range workerRules {
@@ -51,14 +51,18 @@ func TestWorkerRulesHoldTheInvariants(t *testing.T) {
 			t.Errorf("%s in %s: legal %v, want %v: %s", tt.ev, tt.st, got, tt.legal, tt.why)
 		}
 	}
-	for ev := evAdopt; ev <= evRewrite; ev++ {
+	for ev := evAdopt; ev <= evOpRemove; ev++ {
 		if legal(ev, stGone) {
 			t.Errorf("%s is legal for a forgotten worker", ev)
 		}
 	}
-	// Only an exit, a release or a fence forgets a worker.
+	// Only an exit, a release, a fence or a removal (of an idle worker:
+	// no process) forgets a worker.
 	for _, r := range workerRules {
-		if slices.Contains(r.to, stGone) && r.ev != evExit && r.ev != evRelease && r.ev != evFence {
+		if r.ev == evOpRemove && !slices.Equal(r.from, states(stIdle)) {
+			t.Errorf("%s from %v: only an idle worker (no process) may be removed", r.ev, r.from)
+		}
+		if slices.Contains(r.to, stGone) && r.ev != evExit && r.ev != evRelease && r.ev != evFence && r.ev != evOpRemove {
 			t.Errorf("%s may forget a worker", r.ev)
 		}
 	}

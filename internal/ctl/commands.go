@@ -208,13 +208,20 @@ func (c *cli) workerAction(ctx context.Context, action, component string) error 
 		wa  *client.WorkerAction
 		err error
 	)
-	if action == "restart" {
+	switch action {
+	case "remove":
+		var r *client.RemoveWorkerResponse
+		r, err = c.api.RemoveWorkerWithResponse(ctx, component)
+		if err = c.check(err, func() (*http.Response, []byte) { return r.HTTPResponse, r.Body }); err == nil {
+			b, wa = r.Body, r.JSON200
+		}
+	case "restart":
 		var r *client.RestartWorkerResponse
 		r, err = c.api.RestartWorkerWithResponse(ctx, component)
 		if err = c.check(err, func() (*http.Response, []byte) { return r.HTTPResponse, r.Body }); err == nil {
 			b, wa = r.Body, r.JSON200
 		}
-	} else {
+	default:
 		var r *client.ResetWorkerResponse
 		restart := c.o.restart
 		r, err = c.api.ResetWorkerWithResponse(ctx, component, &client.ResetWorkerParams{Restart: &restart})
@@ -227,6 +234,10 @@ func (c *cli) workerAction(ctx context.Context, action, component string) error 
 	}
 	if c.o.json {
 		return c.printJSON(b)
+	}
+	if action == "remove" {
+		fmt.Fprintf(c.out, "%s (was %s, %d restarts since its last reset)\n", wa.Message, wa.Worker.Status, wa.Worker.LifetimeRestarts)
+		return nil
 	}
 	fmt.Fprintf(c.out, "%s (now %s)\n", wa.Message, wa.Worker.Status)
 	return nil

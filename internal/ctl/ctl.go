@@ -42,6 +42,8 @@ Commands:
   resume [queue|worker]   resume every queue, one queue, or one worker
   restart <component>     restart a worker (also a failed or held one), e.g. worker:tag:0
   reset <component>       clear a worker's restart counters; it stays stopped (--restart: start it)
+  remove <component>      delete a stopped worker beyond its pool's size for good (its history stays in
+                          the event stream only)
   events [topic…]         follow the live events (all, or topic patterns such as worker:*:status)
   scratch                 this host's kept scratch directories (no server needed); --clean removes
                           those older than --older-than
@@ -168,7 +170,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 			return err
 		}
 		return c.pause(ctx, cmd == "pause", rest)
-	case "restart", "reset":
+	case "restart", "reset", "remove":
 		if err := want(1, 1, "one component, e.g. worker:tag:0"); err != nil {
 			return err
 		}

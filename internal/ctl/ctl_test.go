@@ -3,11 +3,13 @@ package ctl_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/ctl"
+	"github.com/vigil-dev/vigil/policy"
 )
 
 func TestStatus(t *testing.T) {
@@ -179,5 +181,28 @@ func TestPauseOneWorker(t *testing.T) {
 	l.must([]string{"worker:tag:0 resumed"}, "resume", "worker:tag:0")
 	if code, _, errs := l.ctl("pause", "worker:tag:99"); code != 1 || !strings.Contains(errs, "404") {
 		t.Fatalf("pause an unknown worker: exit %d, %s", code, errs)
+	}
+}
+
+// remove: a worker within its pool is the server's 409; one left beyond it
+// (a stopped record no host holds) is removed, its history said.
+func TestRemove(t *testing.T) {
+	l := newLive(t)
+	code, _, errs := l.ctl("remove", "worker:tag:0")
+	if code != 1 || !strings.Contains(errs, "409") {
+		t.Fatalf("remove within the pool: exit %d, %s", code, errs)
+	}
+	left := health.ComponentID{Queue: "tag", Slot: 5}
+	if _, err := l.store.Write(t.Context(), health.Component{ID: left, Status: health.StatusStopped, Reason: "pool shrink",
+		UpdatedAt: time.Now(), Restarts: policy.State{LifetimeRestarts: 3}}, health.Write{NoCheck: true, NoEvent: true, Index: true, Restarts: true}); err != nil {
+		t.Fatal(err)
+	}
+	l.must([]string{"worker:tag:5 removed", "was stopped", "3 restarts"}, "remove", "worker:tag:5")
+	if _, err := l.store.Get(t.Context(), left); err == nil {
+		t.Fatal("record still there")
+	}
+	code, _, errs = l.ctl("remove", "worker:tag:5")
+	if code != 1 || !strings.Contains(errs, "404") {
+		t.Fatalf("remove again: exit %d, %s", code, errs)
 	}
 }

@@ -87,12 +87,13 @@ func (e HealthUpdateEventType) Valid() bool {
 
 // Defines values for HistoryEventType.
 const (
-	HistoryEventTypeAction       HistoryEventType = "action"
-	HistoryEventTypeHealthUpdate HistoryEventType = "health_update"
-	HistoryEventTypeHostUpdate   HistoryEventType = "host_update"
-	HistoryEventTypeJobUpdate    HistoryEventType = "job_update"
-	HistoryEventTypeQueueUpdate  HistoryEventType = "queue_update"
-	HistoryEventTypeWorkerUpdate HistoryEventType = "worker_update"
+	HistoryEventTypeAction        HistoryEventType = "action"
+	HistoryEventTypeHealthUpdate  HistoryEventType = "health_update"
+	HistoryEventTypeHostUpdate    HistoryEventType = "host_update"
+	HistoryEventTypeJobUpdate     HistoryEventType = "job_update"
+	HistoryEventTypeQueueUpdate   HistoryEventType = "queue_update"
+	HistoryEventTypeWorkerRemoved HistoryEventType = "worker_removed"
+	HistoryEventTypeWorkerUpdate  HistoryEventType = "worker_update"
 )
 
 // Valid indicates whether the value is a known member of the HistoryEventType enum.
@@ -107,6 +108,8 @@ func (e HistoryEventType) Valid() bool {
 	case HistoryEventTypeJobUpdate:
 		return true
 	case HistoryEventTypeQueueUpdate:
+		return true
+	case HistoryEventTypeWorkerRemoved:
 		return true
 	case HistoryEventTypeWorkerUpdate:
 		return true
@@ -469,6 +472,7 @@ func (e WorkerStatus) Valid() bool {
 // Defines values for WorkerActionAction.
 const (
 	WorkerActionActionPause   WorkerActionAction = "pause"
+	WorkerActionActionRemove  WorkerActionAction = "remove"
 	WorkerActionActionReset   WorkerActionAction = "reset"
 	WorkerActionActionRestart WorkerActionAction = "restart"
 	WorkerActionActionResume  WorkerActionAction = "resume"
@@ -480,6 +484,8 @@ func (e WorkerActionAction) Valid() bool {
 	switch e {
 	case WorkerActionActionPause:
 		return true
+	case WorkerActionActionRemove:
+		return true
 	case WorkerActionActionReset:
 		return true
 	case WorkerActionActionRestart:
@@ -487,6 +493,21 @@ func (e WorkerActionAction) Valid() bool {
 	case WorkerActionActionResume:
 		return true
 	case WorkerActionActionStop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkerRemovedEventType.
+const (
+	WorkerRemovedEventTypeWorkerRemoved WorkerRemovedEventType = "worker_removed"
+)
+
+// Valid indicates whether the value is a known member of the WorkerRemovedEventType enum.
+func (e WorkerRemovedEventType) Valid() bool {
+	switch e {
+	case WorkerRemovedEventTypeWorkerRemoved:
 		return true
 	default:
 		return false
@@ -1708,6 +1729,20 @@ type WorkerLogs struct {
 	Lines []string `json:"lines"`
 }
 
+// WorkerRemovedEvent defines model for WorkerRemovedEvent.
+type WorkerRemovedEvent struct {
+	// Timestamp Unix ms
+	Timestamp int64 `json:"timestamp"`
+
+	// Topic Example: worker:tag:4:status
+	Topic  string                 `json:"topic"`
+	Type   WorkerRemovedEventType `json:"type"`
+	Worker Worker                 `json:"worker"`
+}
+
+// WorkerRemovedEventType defines model for WorkerRemovedEvent.Type.
+type WorkerRemovedEventType string
+
 // WorkerUpdateEvent defines model for WorkerUpdateEvent.
 type WorkerUpdateEvent struct {
 	// Timestamp Unix ms
@@ -2176,6 +2211,13 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/workers (the `ListWorkers` operationId).
 	ListWorkers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RemoveWorker Remove a worker beyond its pool
+	//
+	// Deletes a stopped (or failed) worker whose slot is at or beyond its pool's size, for good: its record, restart history, heartbeat, counters and pause; a `worker_removed` event keeps its last state and history. The host holding the slot does it (a pool shrink does it by itself once the slot's process stopped); this is for what is left. 409 within the pool or while it runs or waits to restart, 404 for an unknown worker. The answer's worker is its state before the removal.
+	//
+	// Corresponds with DELETE /api/v1/workers/{component} (the `RemoveWorker` operationId).
+	RemoveWorker(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetWorker Get a worker
 	//
@@ -2881,6 +2923,23 @@ func (c *Client) CreateSession(ctx context.Context, body CreateSessionJSONReques
 // Corresponds with GET /api/v1/workers (the `ListWorkers` operationId).
 func (c *Client) ListWorkers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListWorkersRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RemoveWorker Remove a worker beyond its pool
+//
+// Deletes a stopped (or failed) worker whose slot is at or beyond its pool's size, for good: its record, restart history, heartbeat, counters and pause; a `worker_removed` event keeps its last state and history. The host holding the slot does it (a pool shrink does it by itself once the slot's process stopped); this is for what is left. 409 within the pool or while it runs or waits to restart, 404 for an unknown worker. The answer's worker is its state before the removal.
+//
+// Corresponds with DELETE /api/v1/workers/{component} (the `RemoveWorker` operationId).
+func (c *Client) RemoveWorker(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRemoveWorkerRequest(c.Server, component)
 	if err != nil {
 		return nil, err
 	}
@@ -4378,6 +4437,40 @@ func NewListWorkersRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewRemoveWorkerRequest constructs an http.Request for the RemoveWorker method
+func NewRemoveWorkerRequest(server string, component string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "component", component, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/workers/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetWorkerRequest constructs an http.Request for the GetWorker method
 func NewGetWorkerRequest(server string, component string) (*http.Request, error) {
 	var err error
@@ -5154,6 +5247,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/workers (the `ListWorkers` operationId).
 	ListWorkersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListWorkersResponse, error)
+
+	// RemoveWorkerWithResponse Remove a worker beyond its pool
+	//
+	// Deletes a stopped (or failed) worker whose slot is at or beyond its pool's size, for good: its record, restart history, heartbeat, counters and pause; a `worker_removed` event keeps its last state and history. The host holding the slot does it (a pool shrink does it by itself once the slot's process stopped); this is for what is left. 409 within the pool or while it runs or waits to restart, 404 for an unknown worker. The answer's worker is its state before the removal.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/workers/{component} (the `RemoveWorker` operationId).
+	RemoveWorkerWithResponse(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*RemoveWorkerResponse, error)
 
 	// GetWorkerWithResponse Get a worker
 	//
@@ -7919,6 +8021,103 @@ func (r ListWorkersResponse) ContentType() string {
 	return ""
 }
 
+type RemoveWorkerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkerAction
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *ErrorModel
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *ErrorModel
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *ErrorModel
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *ErrorModel
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *ErrorModel
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *ErrorModel
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *ErrorModel
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *ErrorModel
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RemoveWorkerResponse) GetJSON200() *WorkerAction {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RemoveWorkerResponse) GetApplicationproblemJSON401() *ErrorModel {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RemoveWorkerResponse) GetApplicationproblemJSON403() *ErrorModel {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RemoveWorkerResponse) GetApplicationproblemJSON404() *ErrorModel {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RemoveWorkerResponse) GetApplicationproblemJSON409() *ErrorModel {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RemoveWorkerResponse) GetApplicationproblemJSON422() *ErrorModel {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RemoveWorkerResponse) GetApplicationproblemJSON429() *ErrorModel {
+	return r.ApplicationproblemJSON429
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RemoveWorkerResponse) GetApplicationproblemJSON500() *ErrorModel {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RemoveWorkerResponse) GetApplicationproblemJSON503() *ErrorModel {
+	return r.ApplicationproblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RemoveWorkerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RemoveWorkerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RemoveWorkerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RemoveWorkerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetWorkerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9215,6 +9414,21 @@ func (c *ClientWithResponses) ListWorkersWithResponse(ctx context.Context, reqEd
 		return nil, err
 	}
 	return ParseListWorkersResponse(rsp)
+}
+
+// RemoveWorkerWithResponse Remove a worker beyond its pool
+//
+// Deletes a stopped (or failed) worker whose slot is at or beyond its pool's size, for good: its record, restart history, heartbeat, counters and pause; a `worker_removed` event keeps its last state and history. The host holding the slot does it (a pool shrink does it by itself once the slot's process stopped); this is for what is left. 409 within the pool or while it runs or waits to restart, 404 for an unknown worker. The answer's worker is its state before the removal.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/workers/{component} (the `RemoveWorker` operationId).
+func (c *ClientWithResponses) RemoveWorkerWithResponse(ctx context.Context, component string, reqEditors ...RequestEditorFn) (*RemoveWorkerResponse, error) {
+	rsp, err := c.RemoveWorker(ctx, component, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRemoveWorkerResponse(rsp)
 }
 
 // GetWorkerWithResponse Get a worker
@@ -11578,6 +11792,88 @@ func ParseListWorkersResponse(rsp *http.Response) (*ListWorkersResponse, error) 
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRemoveWorkerResponse parses an HTTP response from a RemoveWorkerWithResponse call
+func ParseRemoveWorkerResponse(rsp *http.Response) (*RemoveWorkerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RemoveWorkerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkerAction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ErrorModel
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
 
 	}
 

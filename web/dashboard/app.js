@@ -13,7 +13,7 @@ import { Rates, Chart, WINDOW_MS } from './charts.js';
 performance.mark('vigil-start'); // for the benchmark (e2e/thousand_test.go)
 
 const TOPICS = ['system:health', 'host:*:status', 'queue:status', 'queue:*:status', 'worker:*:status', 'queue:jobs', 'schedule:*'];
-const TYPES = ['snapshot', 'worker_update', 'queue_update', 'job_update', 'host_update', 'health_update', 'action', 'reset', 'schedule_fired', 'schedule_missed'];
+const TYPES = ['snapshot', 'worker_update', 'worker_removed', 'queue_update', 'job_update', 'host_update', 'health_update', 'action', 'reset', 'schedule_fired', 'schedule_missed'];
 const LOG_MAX = 200;
 const WORKERS_PAGE = 100;
 const PAYLOAD_MAX = 64 * 1024; // characters of a payload the job view shows
@@ -195,6 +195,9 @@ function apply(e, type) {
   const parts = topic.split(':');
   if (topic === 'system:health') {
     if (e.data) state.health = e.data;
+  } else if (parts[0] === 'worker' && e.worker && type === 'worker_removed') {
+    state.workers.delete(e.worker.component); // a slot beyond its shrunk pool, gone for good
+    state.jobs.delete(e.worker.component);
   } else if (parts[0] === 'worker' && e.worker) {
     state.workers.set(e.worker.component, e.worker);
     if (!RUNNING.has(e.worker.status)) state.jobs.delete(e.worker.component);
@@ -944,6 +947,8 @@ const setWorker = state.workers.set.bind(state.workers);
 state.workers.set = (k, v) => { if (!state.workers.has(k)) workersVersion++; return setWorker(k, v); };
 const clearWorkers = state.workers.clear.bind(state.workers);
 state.workers.clear = () => { workersVersion++; clearWorkers(); };
+const deleteWorker = state.workers.delete.bind(state.workers);
+state.workers.delete = (k) => { if (state.workers.has(k)) workersVersion++; return deleteWorker(k); };
 
 route();
 connect();
