@@ -194,7 +194,7 @@ func (s *Supervisor) pulse() {
 		return
 	}
 	ctx, cancel := s.opCtx()
-	err := s.store.Client().Ping(ctx).Err()
+	err := pingAll(ctx, s.store.Client()) // every shard: a stall of one is a stall
 	cancel()
 	if err != nil {
 		s.redisFailed(err)

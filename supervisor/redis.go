@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/vigil-dev/vigil/health"
 )
 
@@ -37,7 +39,7 @@ func (s *Supervisor) probeRedis() {
 		case <-time.After(probeInterval):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
-		err := s.store.Client().Ping(ctx).Err()
+		err := pingAll(ctx, s.store.Client())
 		cancel()
 		if err == nil {
 			select {
@@ -47,6 +49,24 @@ func (s *Supervisor) probeRedis() {
 			return
 		}
 	}
+}
+
+// pingAll pings Redis: on a Cluster, every master of the slot map, read
+// afresh (issue 17, item 2). A cluster client's own PING goes to one node
+// (each in turn): during a failover a live one answers while the failed
+// shard's slots still fail, and Redis was declared back seconds before it
+// was, then lost again at the next call to that shard, over and over, the
+// heartbeats' grace counting from a return that was not one. The slot map
+// names the failed master until its replica is promoted: from then on
+// every shard answers.
+func pingAll(ctx context.Context, c redis.UniversalClient) error {
+	if err := c.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
+	}
+	return nil
 }
 
 // onRedisUp writes back what changed while Redis was away, re-creates what
