@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,9 @@ const (
 	// and a killed master is started again (it comes back as a replica:
 	// without one, no enqueue can be durable).
 	envDurable = "VIGIL_FAILOVER_DURABLE"
+	// envLogs, if set, names a directory where each run's host logs are
+	// kept (<scenario>-run<n>-<host>.log).
+	envLogs = "VIGIL_FAILOVER_LOGS"
 
 	queueName   = "fo"
 	ledgerPort  = 6459
@@ -365,10 +369,21 @@ func runScenario(t *testing.T, sc scenario, run int) {
 		res.WorkingMS = max(res.WorkingMS, res.JobBackMS)
 	}
 	res.CrashesCounted = restarts(t, hosts[0]) - restarts0
+	// The log lines of the run, counted before the graceful stops: the
+	// leader stops first and the other host takes the leader lease, a
+	// handover that is no failover's doing.
 	for _, h := range hosts {
-		h.stop(15 * time.Second)
 		for k, s := range watched {
 			res.LogLines[k] += h.count(s)
+		}
+	}
+	for _, h := range hosts {
+		h.stop(15 * time.Second)
+		if dir := os.Getenv(envLogs); dir != "" {
+			f := filepath.Join(dir, fmt.Sprintf("%s-run%d-%s.log", strings.ReplaceAll(name, "/", "_"), run, h.id))
+			if err := os.WriteFile(f, []byte(h.logText()), 0o644); err != nil {
+				t.Errorf("keep host %s's log: %v", h.id, err)
+			}
 		}
 	}
 	procs, _ := lr.Hash(context.Background(), "procs")
