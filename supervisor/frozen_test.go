@@ -113,7 +113,10 @@ func TestRestartedHostKillsItsFrozenOrphanAtOnce(t *testing.T) {
 			env := testredis.New(t)
 			store := health.NewStore(env.Client, env.Prefix, 0)
 			id := health.ComponentID{Queue: "q"}
-			c := startHostProcess(t, env, "c", 1, clusterLease, "-mode", tc.mode)
+			// A heartbeat every 10 s: the old worker, once its record is
+			// rewritten by the new instance, would exit as stale at its
+			// next beat, before it is frozen.
+			c := startHostProcess(t, env, "c", 1, clusterLease, "-mode", tc.mode, "-interval", "10s", "-ttl", "30s")
 			old := waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
 			t.Cleanup(func() { _ = syscall.Kill(old, syscall.SIGKILL) })
 			if tc.before {
