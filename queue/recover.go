@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -11,81 +12,102 @@ import (
 	"github.com/vigil-dev/vigil/internal/clock"
 )
 
-// recoverScript is the fast requeue of DESIGN.md §9, for every task a dead
-// process held, in one atomic step on the queue's slot.
+// recoverFindScript is the first step of the fast requeue of DESIGN.md
+// §9: it finds every task a dead process held, marks the process dead, and
+// changes nothing else. The requeue itself (recoverScript) comes after the
+// tasks' requeued:stale events are written: the event stream is in another
+// Redis Cluster slot than the queue, so no one script can do both, and a
+// task visible as pending before its event could be dequeued and announced
+// processing first (issue 20, recovery order).
 //
 // A task is the dead process's when its owner field (written by the dequeue,
 // see dequeue.go) names it, or when the process's running hash lists it
 // and no owner field names anyone (a dequeue that did not go through the
 // hook). It is put back only if it is still active: its lease entry exists
-// and its hash says active. Then exactly what asynq's own shutdown requeue
-// does: LREM active, ZREM lease, RPUSH pending (the front of the queue),
-// HSET state pending + pending_since; and the owner field goes. The task's
-// crash counter is incremented (TTL reset) only if the running hash lists
-// it: its handler had begun. A task the process dequeued but never handed
-// to a handler counts no crash (nothing of it ran). When it was the only
-// one whose handler had begun, its solo counter (the crash counter's key +
-// ":solo", health.JobSoloCrashesSuffix) is incremented too: that crash can
-// only be its own (finding E12, see the middleware's toxic rule).
+// and its hash says active.
 //
 // The owner is added to the queue's dead owners (trimmed to the last
 // deadOwnersKept): a dequeue it sent before it died that reaches Redis
 // only now takes nothing (dequeue.go).
 //
-// KEYS: active, lease, pending, dead owners. ARGV: task key prefix, owner,
-// pending_since (Unix ns), job key prefix, crash counter suffix, counter
-// TTL (ms), owner field, then the task ids of the running hash. Returns
-// {id, crashes, …}.
-var recoverScript = redis.NewScript(`
-local pfx, owner, field = ARGV[1], ARGV[2], ARGV[7]
+// KEYS: active, lease, dead owners. ARGV: task key prefix, owner,
+// pending_since (Unix ns), job key prefix, crash counter suffix, owner
+// field, then the task ids of the running hash. Returns {id, ran (0|1),
+// crashes once requeued, …}.
+var recoverFindScript = redis.NewScript(`
+local pfx, owner, field = ARGV[1], ARGV[2], ARGV[6]
 local now_ms = math.floor(tonumber(ARGV[3]) / 1000000)
-redis.call("ZADD", KEYS[4], now_ms, owner)
-redis.call("ZREMRANGEBYSCORE", KEYS[4], "-inf", now_ms - ` + deadOwnersKeptMS + `)
+redis.call("ZADD", KEYS[3], now_ms, owner)
+redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now_ms - ` + deadOwnersKeptMS + `)
 local cand, seen, ran = {}, {}, {}
-for i = 8, #ARGV do ran[ARGV[i]] = true end
+for i = 7, #ARGV do ran[ARGV[i]] = true end
 for _, id in ipairs(redis.call("LRANGE", KEYS[1], 0, -1)) do
 	if redis.call("HGET", pfx .. id, field) == owner then
 		cand[#cand+1] = id
 		seen[id] = true
 	end
 end
-for i = 8, #ARGV do
+for i = 7, #ARGV do
 	local id = ARGV[i]
 	if not seen[id] and not redis.call("HGET", pfx .. id, field) then
 		cand[#cand+1] = id
 		seen[id] = true
 	end
 end
-local live, nran = {}, 0
+local out = {}
 for _, id in ipairs(cand) do
 	if redis.call("ZSCORE", KEYS[2], id) and redis.call("HGET", pfx .. id, "state") == "active" then
-		live[#live+1] = id
-		if ran[id] then nran = nran + 1 end
+		local n = tonumber(redis.call("GET", ARGV[4] .. id .. ARGV[5]) or "0")
+		local r = 0
+		if ran[id] then r = 1; n = n + 1 end
+		out[#out+1] = id
+		out[#out+1] = r
+		out[#out+1] = n
 	end
 end
+return out`)
+
+// recoverScript puts back the tasks recoverFindScript found, once their
+// events are written: exactly what asynq's own shutdown requeue does: LREM
+// active, ZREM lease, RPUSH pending (the front of the queue), HSET state
+// pending + pending_since; and the owner field goes. Each is checked again
+// (still active, its owner field the dead process's or none). The task's
+// crash counter is incremented (TTL reset) only if its handler had begun
+// (ran). A task the process dequeued but never handed to a handler counts
+// no crash (nothing of it ran). When it was the only one whose handler had
+// begun, its solo counter (the crash counter's key + ":solo",
+// health.JobSoloCrashesSuffix) is incremented too: that crash can only be
+// its own (finding E12, see the middleware's toxic rule).
+//
+// KEYS: active, lease, pending. ARGV: task key prefix, owner,
+// pending_since (Unix ns), job key prefix, crash counter suffix, counter
+// TTL (ms), owner field, then id, ran (0|1) pairs. Returns the ids put
+// back.
+var recoverScript = redis.NewScript(`
+local pfx, owner, field = ARGV[1], ARGV[2], ARGV[7]
+local nran = 0
+for i = 8, #ARGV, 2 do if ARGV[i+1] == "1" then nran = nran + 1 end end
 local out = {}
-for _, id in ipairs(live) do
+for i = 8, #ARGV, 2 do
+	local id, ran = ARGV[i], ARGV[i+1] == "1"
 	local key = pfx .. id
-	do
+	local o = redis.call("HGET", key, field)
+	if (not o or o == owner) and redis.call("ZSCORE", KEYS[2], id) and redis.call("HGET", key, "state") == "active" then
 		redis.call("LREM", KEYS[1], 0, id)
 		redis.call("ZREM", KEYS[2], id)
 		redis.call("RPUSH", KEYS[3], id)
 		redis.call("HSET", key, "state", "pending", "pending_since", ARGV[3])
 		redis.call("HDEL", key, field)
-		local ck = ARGV[4] .. id .. ARGV[5]
-		local n = 0
-		if ran[id] then
-			n = redis.call("INCR", ck)
+		if ran then
+			local ck = ARGV[4] .. id .. ARGV[5]
+			redis.call("INCR", ck)
 			redis.call("PEXPIRE", ck, ARGV[6])
 			if nran == 1 then
 				redis.call("INCR", ck .. ":solo")
 				redis.call("PEXPIRE", ck .. ":solo", ARGV[6])
 			end
-		else
-			n = tonumber(redis.call("GET", ck) or "0")
 		end
 		out[#out+1] = id
-		out[#out+1] = n
 	end
 end
 return out`)
@@ -119,6 +141,8 @@ type RecovererConfig struct {
 type Recoverer struct {
 	store *health.Store
 	cfg   RecovererConfig
+	// afterRequeue, tests only: called once the tasks are pending again.
+	afterRequeue func()
 }
 
 // NewRecoverer returns a Recoverer on store.
@@ -138,8 +162,14 @@ func NewRecoverer(store *health.Store, cfg RecovererConfig) *Recoverer {
 // Recover requeues every task that process pid of component id held when it
 // died, increments the crash counter of each whose handler had begun,
 // emits requeued:stale for each, and clears the process's running entries.
-// It returns how many tasks went back. Three round trips; safe to call
+// It returns how many tasks went back. Four round trips; safe to call
 // again (a second call finds nothing to requeue).
+//
+// Each task's requeued:stale event is written before the task is pending
+// again (issue 20): no processing of its next run can come before it on
+// the stream. A task found but no longer active when the requeue comes
+// (asynq's lease recovery took it meanwhile: only after a long outage)
+// keeps its event without being requeued here.
 func (r *Recoverer) Recover(ctx context.Context, id health.ComponentID, pid int) (int, error) {
 	keys, rdb := r.store.Keys(), r.store.Client()
 	running, err := rdb.HGetAll(ctx, keys.Running(id)).Result()
@@ -147,39 +177,62 @@ func (r *Recoverer) Recover(ctx context.Context, id health.ComponentID, pid int)
 		return 0, fmt.Errorf("recover tasks of %s pid %d: read running: %w", id, pid, err)
 	}
 	var stale []any // field, value pairs of pid's entries
-	q, now := id.Queue, r.cfg.Clock.Now()
-	argv := []any{asynqTaskPrefix(q), ownerOf(id, pid), now.UnixNano(), keys.JobPrefix(q),
-		health.JobCrashesSuffix, JobKeyTTL.Milliseconds(), ownerField}
+	q, now, owner := id.Queue, r.cfg.Clock.Now(), ownerOf(id, pid)
+	argv := []any{asynqTaskPrefix(q), owner, now.UnixNano(), keys.JobPrefix(q), health.JobCrashesSuffix, ownerField}
 	for t, v := range running {
 		if rt, ok := parseRunning(t, v); ok && rt.PID == pid {
 			stale = append(stale, t, v)
 			argv = append(argv, t)
 		}
 	}
-	res, err := recoverScript.Run(ctx, rdb, []string{asynqActiveKey(q), asynqLeaseKey(q), asynqPendingKey(q), keys.DeadOwners(q)},
-		argv...).Slice()
+	found, err := recoverFindScript.Run(ctx, rdb, []string{asynqActiveKey(q), asynqLeaseKey(q), keys.DeadOwners(q)}, argv...).Slice()
 	if err != nil {
-		return 0, fmt.Errorf("recover tasks of %s pid %d: requeue: %w", id, pid, err)
+		return 0, fmt.Errorf("recover tasks of %s pid %d: find: %w", id, pid, err)
 	}
-	n := len(res) / 2
-	if n == 0 && len(stale) == 0 {
+	if len(found) == 0 && len(stale) == 0 {
 		return 0, nil
 	}
-	pipe := rdb.Pipeline()
+	// 1. The events, before any task is visible again.
+	if len(found) > 0 {
+		pipe := rdb.Pipeline()
+		for i := 0; i+2 < len(found); i += 3 {
+			t, _ := found[i].(string)
+			crashes, _ := found[i+2].(int64)
+			jobEvents(ctx, r.store, pipe, now, JobEvent{Queue: q, ID: t, State: StateRequeuedStale,
+				Crashes: int(crashes), Component: id.String(), PID: pid})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, fmt.Errorf("recover tasks of %s pid %d: write %d requeue events: %w", id, pid, len(found)/3, err)
+		}
+	}
+	// 2. The requeue of what is still the dead process's.
+	n := 0
+	if len(found) > 0 {
+		rq := []any{asynqTaskPrefix(q), owner, now.UnixNano(), keys.JobPrefix(q), health.JobCrashesSuffix,
+			JobKeyTTL.Milliseconds(), ownerField}
+		for i := 0; i+2 < len(found); i += 3 {
+			ran, _ := found[i+1].(int64)
+			rq = append(rq, found[i], strconv.FormatInt(ran, 10))
+		}
+		res, err := recoverScript.Run(ctx, rdb, []string{asynqActiveKey(q), asynqLeaseKey(q), asynqPendingKey(q)}, rq...).StringSlice()
+		if err != nil {
+			return 0, fmt.Errorf("recover tasks of %s pid %d: requeue: %w", id, pid, err)
+		}
+		n = len(res)
+		for i := 0; i+2 < len(found); i += 3 {
+			r.cfg.Logger.Info("requeued a dead worker's task", "component", id.String(), "pid", pid,
+				"task", found[i], "crashes", found[i+2])
+		}
+		r.cfg.Metrics.RecoveredStale.Add(int64(n))
+		if r.afterRequeue != nil {
+			r.afterRequeue()
+		}
+	}
+	// 3. The process's running entries.
 	if len(stale) > 0 {
-		delIfScript.Eval(ctx, pipe, []string{keys.Running(id)}, stale...)
-	}
-	for i := 0; i+1 < len(res); i += 2 {
-		t, _ := res[i].(string)
-		crashes, _ := res[i+1].(int64)
-		jobEvents(ctx, r.store, pipe, now, JobEvent{Queue: q, ID: t, State: StateRequeuedStale,
-			Crashes: int(crashes), Component: id.String(), PID: pid})
-		r.cfg.Logger.Info("requeued a dead worker's task", "component", id.String(), "pid", pid,
-			"task", t, "crashes", crashes)
-	}
-	r.cfg.Metrics.RecoveredStale.Add(int64(n))
-	if _, err := pipe.Exec(ctx); err != nil {
-		return n, fmt.Errorf("recover tasks of %s pid %d: %d requeued, events or running entries not written: %w", id, pid, n, err)
+		if err := delIfScript.Run(ctx, rdb, []string{keys.Running(id)}, stale...).Err(); err != nil {
+			return n, fmt.Errorf("recover tasks of %s pid %d: %d requeued, running entries not cleared: %w", id, pid, n, err)
+		}
 	}
 	return n, nil
 }

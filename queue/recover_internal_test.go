@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -131,5 +132,64 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 		if got := rdb.Get(ctx, keys.JobSoloCrashes(q, id)).Val(); got != "1" {
 			t.Fatalf("solo crashes of %s = %q, want 1", id, got)
 		}
+	}
+}
+
+// TestRequeueEventBeforePending (issue 20, recovery order): when a dead
+// process's task is pending again, its requeued:stale event, with the
+// crash count the requeue leaves, is already on the stream: a worker that
+// takes it at once cannot announce processing before it.
+func TestRequeueEventBeforePending(t *testing.T) {
+	env := testredis.New(t)
+	rdb := env.Client
+	ctx := context.Background()
+	q := testQueue(t, env, "ro")
+	store := health.NewStore(rdb, env.Prefix, 0)
+	keys := store.Keys()
+	comp := health.ComponentID{Queue: q, Slot: 0}
+	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("a")); err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(30 * time.Second).Unix()
+	if err := vigilDequeueScript.Run(ctx, rdb, []string{asynqPendingKey(q), asynqPausedKey(q), asynqActiveKey(q), asynqLeaseKey(q), keys.DeadOwners(q)},
+		lease, asynqTaskPrefix(q), ownerField, ownerOf(comp, 100), keys.JobPrefix(q), health.JobCrashesSuffix,
+		health.JobSoloCrashesSuffix, runField).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, keys.Running(comp), "a", "100:1")
+
+	r := NewRecoverer(store, RecovererConfig{Metrics: new(Metrics), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	checked := false
+	r.afterRequeue = func() {
+		checked = true
+		if got := rdb.LRange(ctx, asynqPendingKey(q), 0, -1).Val(); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("pending %v at the seam", got)
+		}
+		var evs []JobEvent
+		for _, m := range rdb.XRange(ctx, keys.Events(), "-", "+").Val() {
+			if m.Values["topic"] == JobTopic(q, "a") {
+				var ev health.Event
+				if err := json.Unmarshal([]byte(m.Values["data"].(string)), &ev); err != nil {
+					t.Fatal(err)
+				}
+				je, err := DecodeJobEvent(ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				evs = append(evs, je)
+			}
+		}
+		if len(evs) != 1 || evs[0].State != StateRequeuedStale || evs[0].Crashes != 1 || evs[0].PID != 100 {
+			t.Fatalf("events of the task once pending again: %+v; want its requeued:stale (1 crash, pid 100) already written", evs)
+		}
+	}
+	if n, err := r.Recover(ctx, comp, 100); err != nil || n != 1 {
+		t.Fatalf("Recover = %d, %v", n, err)
+	}
+	if !checked {
+		t.Fatal("the seam was not reached")
+	}
+	if got := rdb.Get(ctx, keys.JobCrashes(q, "a")).Val(); got != "1" {
+		t.Errorf("crashes %q, want 1", got)
 	}
 }
