@@ -28,11 +28,11 @@ func TestRecoveringWindowOutlivesTTLThenExpiryIsACrash(t *testing.T) {
 	id := health.ComponentID{Queue: "q"}
 	ev := newEventReader(t, h.store)
 	h.start()
-	rec := ev.waitEvent(id, func(w health.WorkerView) bool { return w.Status == string(health.StatusRecovering) })
+	seq := ev.waitSequence(id, isView(health.StatusRecovering), isView(health.StatusCrashed))
+	rec, crashed := seq[0], seq[1]
 	if rec.Reason != "loading" || rec.RecoveringUntil == 0 {
 		t.Fatalf("recovering event %+v, want reason loading and recovering_until", rec)
 	}
-	crashed := ev.waitEvent(id, func(w health.WorkerView) bool { return w.Status == string(health.StatusCrashed) })
 	until := time.UnixMilli(rec.LastHeartbeat).Add(window)
 	if rec.RecoveringUntil != until.UnixMilli() {
 		t.Errorf("recovering_until %d, want the window's end %d", rec.RecoveringUntil, until.UnixMilli())
@@ -63,8 +63,9 @@ func TestRecoveringEndsAtNextBeat(t *testing.T) {
 	id := health.ComponentID{Queue: "q"}
 	ev := newEventReader(t, h.store)
 	h.start()
-	rec := ev.waitEvent(id, func(w health.WorkerView) bool { return w.Status == string(health.StatusRecovering) })
-	back := ev.waitEvent(id, func(w health.WorkerView) bool { return w.Status == string(health.StatusHealthy) })
+	// Both may come in one read of the stream: one reader, in order.
+	seq := ev.waitSequence(id, isView(health.StatusRecovering), isView(health.StatusHealthy))
+	rec, back := seq[0], seq[1]
 	if back.PID != rec.PID || back.Reason != "" || back.RecoveringUntil != 0 {
 		t.Errorf("after the window: %+v, want the same process healthy without reason", back)
 	}
@@ -72,4 +73,28 @@ func TestRecoveringEndsAtNextBeat(t *testing.T) {
 	ev.expectNone(time.Until(time.UnixMilli(rec.RecoveringUntil).Add(2*recoverBeat.TTL)), func(w health.WorkerView) bool {
 		return w.Component == id.String() && w.Status != string(health.StatusHealthy)
 	})
+}
+
+func isView(st health.Status) func(health.WorkerView) bool {
+	return func(w health.WorkerView) bool { return w.Status == string(st) }
+}
+
+// waitSequence reads id's worker events until one matches each of preds,
+// in that order, and returns them; events of one read are all looked at.
+func (r *eventReader) waitSequence(id health.ComponentID, preds ...func(health.WorkerView) bool) []health.WorkerView {
+	r.tb.Helper()
+	var out []health.WorkerView
+	deadline := time.Now().Add(waitTimeout)
+	for len(out) < len(preds) {
+		evs := r.next(deadline)
+		if evs == nil {
+			r.tb.Fatalf("timed out waiting for event %d of %d of %s (got %+v)", len(out)+1, len(preds), id, out)
+		}
+		for _, ev := range evs {
+			if w := ev.Worker; w != nil && ev.Type == health.EventWorker && w.Component == id.String() && len(out) < len(preds) && preds[len(out)](*w) {
+				out = append(out, *w)
+			}
+		}
+	}
+	return out
 }
