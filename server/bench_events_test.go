@@ -89,7 +89,8 @@ func BenchmarkKillToSSECrashed(b *testing.B) {
 // BenchmarkEventFanout measures the delivery latency of one event to 1,000
 // and to 10,000 SSE clients that run in another process (bench/sseclients),
 // through Vigil's broker (XADD → the broker's blocking XREAD → pattern
-// match → one r3labs/sse stream per client) and, in the same run, through a
+// match → each client's outbox, written by its handler) and, in the same
+// run, through a
 // bare r3labs/sse broadcast (one stream shared by every client, the event
 // published in process). An iteration is one event, sent once every client
 // has the previous one. Metrics: latency from send to each client's read
@@ -214,6 +215,7 @@ type fanoutResult struct {
 func swarm(b *testing.B, bin, url string, n int, send func(stamp string)) {
 	b.Helper()
 	before, beforeStack := memInUse()
+	beforeG := runtime.NumGoroutine()
 	cmd := exec.Command(bin, "-url", url, "-n", fmt.Sprint(n), "-events", fmt.Sprint(b.N))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -237,8 +239,9 @@ func swarm(b *testing.B, bin, url string, n int, send func(stamp string)) {
 	}
 	expect("ready")
 	after, afterStack := memInUse()
+	goroutines := float64(runtime.NumGoroutine()-beforeG) / float64(n)
 	perClient := float64(after-before) / float64(n)
-	b.Logf("per client: %.0f B of heap, %.0f B of goroutine stacks", float64(after-afterStack-(before-beforeStack))/float64(n), float64(afterStack-beforeStack)/float64(n))
+	b.Logf("per client: %.0f B of heap, %.0f B of goroutine stacks, %.2f goroutines", float64(after-afterStack-(before-beforeStack))/float64(n), float64(afterStack-beforeStack)/float64(n), goroutines)
 	b.ResetTimer()
 	for i := range b.N {
 		send(fmt.Sprintf("@%d:%d@", i, time.Now().UnixNano()))

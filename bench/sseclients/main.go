@@ -61,7 +61,9 @@ func main() {
 	dial := make(chan struct{}, 256) // at most this many connects at once
 	errs := make(chan error, *n)
 	for i := range *n {
+		s.stored.Add(1)
 		go func() {
+			defer s.stored.Done()
 			dial <- struct{}{}
 			err := s.client(i, u, func() { <-dial; ready.Done() })
 			if err != nil {
@@ -98,10 +100,13 @@ func main() {
 		}
 		fmt.Println("got", i)
 	}
+	// A client counts its last delivery before it stores its latencies.
+	s.stored.Wait()
 	s.report(*n)
 }
 
 type swarm struct {
+	stored sync.WaitGroup // clients that have not stored their latencies
 	events int
 	got    []atomic.Int32 // clients that have event i
 	last   []atomic.Int64 // slowest delivery of event i (µs)
