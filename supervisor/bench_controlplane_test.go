@@ -56,17 +56,24 @@ func controlPlaneRun(b *testing.B, hosts, slots int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The last host reaches Redis through a proxy that cuts it off later.
-	proxy, err := faultproxy.New(opt.Addr)
-	if err != nil {
-		b.Fatal(err)
+	// Each host reaches Redis through a proxy of its own (as over a
+	// network), its own client: the one holding most slots is cut off
+	// later.
+	proxies := make([]*faultproxy.Proxy, hosts)
+	clients := make([]*redis.Client, hosts)
+	for i := range hosts {
+		p, err := faultproxy.New(opt.Addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = p.Close() })
+		o := *opt
+		o.Addr = p.Addr()
+		o.MaxRetries, o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 0, time.Second, time.Second, time.Second
+		c := redis.NewClient(&o)
+		b.Cleanup(func() { _ = c.Close() })
+		proxies[i], clients[i] = p, c
 	}
-	b.Cleanup(func() { _ = proxy.Close() })
-	vopt := *opt
-	vopt.Addr = proxy.Addr()
-	vopt.MaxRetries, vopt.DialTimeout, vopt.ReadTimeout, vopt.WriteTimeout = 0, time.Second, time.Second, time.Second
-	victimClient := redis.NewClient(&vopt)
-	b.Cleanup(func() { _ = victimClient.Close() })
 
 	// Every host's record exists before any starts, as in a cluster that
 	// has been running: each first tick claims its fair share at once.
@@ -82,11 +89,7 @@ func controlPlaneRun(b *testing.B, hosts, slots int) {
 	hb := supervisor.Heartbeat{Interval: 10 * time.Minute, TTL: 20 * time.Minute, StartTimeout: 20 * time.Minute}
 	sups := make([]*supervisor.Supervisor, hosts)
 	for i, name := range names {
-		rdb := redis.UniversalClient(env.Client)
-		if i == hosts-1 {
-			rdb = victimClient
-		}
-		h := newHarnessOn(b, rdb, env.URL, env.Prefix, supervisor.Config{
+		h := newHarnessOn(b, clients[i], env.URL, env.Prefix, supervisor.Config{
 			Host: name, Lease: lease, Heartbeat: hb, MaxPoolSize: slots,
 			Pools: []supervisor.Pool{{Queue: "q", Workers: slots, Command: []string{"sleep", "3600"}}},
 		})
@@ -94,7 +97,11 @@ func controlPlaneRun(b *testing.B, hosts, slots int) {
 	}
 	// The victim's cleanup (its Stop) must find Redis again: registered
 	// after the harnesses', so it runs first.
-	b.Cleanup(func() { proxy.Refuse(false) })
+	b.Cleanup(func() {
+		for _, p := range proxies {
+			p.Refuse(false)
+		}
+	})
 	var wg sync.WaitGroup
 	errs := make([]error, hosts)
 	for i, s := range sups {
@@ -190,13 +197,16 @@ func controlPlaneRun(b *testing.B, hosts, slots int) {
 	// Failover: the last host is cut off from Redis; its leases expire
 	// and the others take its slots. Measured: from each lease's expiry
 	// (its PTTL read at the cut) to the moment another host holds it.
-	victim := names[hosts-1]
-	lost := after[victim]
-	if len(lost) == 0 {
-		b.Fatalf("host %s holds no slot", victim)
+	vi := 0
+	for i, name := range names {
+		if len(after[name]) > len(after[names[vi]]) {
+			vi = i
+		}
 	}
-	proxy.Refuse(true)
-	proxy.Cut()
+	victim := names[vi]
+	lost := after[victim]
+	proxies[vi].Refuse(true)
+	proxies[vi].Cut()
 	keys := make([]string, len(lost))
 	expiry := make([]time.Time, len(lost))
 	pipe := env.Client.Pipeline()
