@@ -18,6 +18,12 @@ const TopicHealth = "system:health"
 // worker changes costs one.
 const healthGap = 100 * time.Millisecond
 
+// healthSettle is how long a computation waits after the change that woke
+// it: the change's own event reaches the event clients first (computing at
+// once competed with that delivery for the processor: Redis reads, JSON),
+// and the changes that follow it (a crash, then its restart) count once.
+const healthSettle = 5 * time.Millisecond
+
 // healthSwapScript stores the announced health unless it is already the
 // stored one: 1 when it changed (announce it), 0 when not.
 // KEYS: the health key. ARGV: status and reasons.
@@ -64,6 +70,13 @@ func (h *healthWatcher) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-h.wake:
+		}
+		settle := time.NewTimer(healthSettle)
+		select {
+		case <-ctx.Done():
+			settle.Stop()
+			return
+		case <-settle.C:
 		}
 		h.check(ctx)
 		t := time.NewTimer(healthGap)
