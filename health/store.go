@@ -249,6 +249,18 @@ func (s *Store) AddEventTo(ctx context.Context, pipe redis.Pipeliner, e Event) {
 	s.addEvent(ctx, pipe, e)
 }
 
+// AddEncodedEventTo is AddEventTo for an event already encoded: data is
+// json.Marshal's encoding of the Event of that topic and type (a caller
+// that writes one payload under several topics builds it once).
+func (s *Store) AddEncodedEventTo(ctx context.Context, pipe redis.Pipeliner, topic, typ, data string) {
+	pipe.XAdd(ctx, &redis.XAddArgs{
+		Stream: s.keys.Events(),
+		MaxLen: s.maxEvents,
+		Approx: true,
+		Values: []string{"topic", topic, "type", typ, "data", data},
+	})
+}
+
 // AddEvent appends e to the event stream and returns its id.
 func (s *Store) AddEvent(ctx context.Context, e Event) (string, error) {
 	data, err := json.Marshal(e)
