@@ -27,6 +27,11 @@ const (
 	// FieldRecoveringUntil is when a recovering window ends (Unix ms),
 	// written by the heartbeat script with the status recovering.
 	FieldRecoveringUntil = "recovering_until"
+	// FieldCreatedAt is the first registration (Unix ms), set once.
+	FieldCreatedAt = "created_at"
+	// FieldVersion is the version the worker process reports in its
+	// heartbeat (VIGIL_VERSION, or its binary's build info).
+	FieldVersion = "version"
 )
 
 // Fields of the restart-history hash.
@@ -58,6 +63,8 @@ type Component struct {
 	CurrentJob string
 	// RecoveringUntil is when the window of a recovering worker ends.
 	RecoveringUntil time.Time
+	CreatedAt       time.Time // first registration
+	Version         string    // the worker's, from its heartbeat
 	Restarts        policy.State
 }
 
@@ -94,6 +101,8 @@ func componentFromHash(id ComponentID, h, r map[string]string, crashes []float64
 		UpdatedAt:       parseMS(h[FieldUpdatedAt]),
 		CurrentJob:      h[FieldCurrentJob],
 		RecoveringUntil: parseMS(h[FieldRecoveringUntil]),
+		CreatedAt:       parseMS(h[FieldCreatedAt]),
+		Version:         h[FieldVersion],
 		Restarts:        restartsFromHash(r, crashes),
 	}
 	c.PID, _ = strconv.Atoi(h[FieldPID])

@@ -25,8 +25,12 @@ const (
 	EnvShutdownTimeout   = "VIGIL_SHUTDOWN_TIMEOUT"
 	// EnvRecoverMin and EnvRecoverMax bound a recovering window (the
 	// heartbeat script's recover_min and recover_max).
-	EnvRecoverMin      = "VIGIL_RECOVER_MIN"
-	EnvRecoverMax      = "VIGIL_RECOVER_MAX"
+	EnvRecoverMin = "VIGIL_RECOVER_MIN"
+	EnvRecoverMax = "VIGIL_RECOVER_MAX"
+	// EnvVersion is the worker's version, as it reports it in its
+	// heartbeat (set it in the pool's env; Vigil does not). Without it the
+	// Go runtime reports its binary's build info.
+	EnvVersion         = "VIGIL_VERSION"
 	EnvJobCrashRetries = "VIGIL_JOB_CRASH_RETRIES"
 	// EnvMaxConsecutiveFailures makes a worker whose last N tasks all
 	// failed exit non-zero (0 or absent: never).
@@ -64,6 +68,7 @@ type WorkerEnv struct {
 	HeartbeatTTL      time.Duration
 	RecoverMin        time.Duration
 	RecoverMax        time.Duration
+	Version           string // VIGIL_VERSION ("": the Go runtime's build info)
 	ShutdownTimeout   time.Duration
 	JobCrashRetries   int
 	// MaxConsecutiveFailures: exit once this many tasks in a row failed
@@ -97,6 +102,7 @@ func LoadWorkerEnv() (WorkerEnv, error) {
 		return e, fmt.Errorf("%s: %w", EnvComponent, err)
 	}
 	e.Host = os.Getenv(EnvHost)
+	e.Version = os.Getenv(EnvVersion)
 	durs := []struct {
 		name string
 		dst  *time.Duration

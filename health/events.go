@@ -63,6 +63,11 @@ type WorkerView struct {
 	LastRestart      int64   `json:"last_restart,omitempty"`
 	RecentCrashes    []int64 `json:"recent_crashes,omitempty"`
 	RecoveringUntil  int64   `json:"recovering_until,omitempty"`
+	CreatedAt        int64   `json:"created_at,omitempty"`
+	Version          string  `json:"version,omitempty"`
+	// Stats are the worker's counters (its wstats hash; the admin API's
+	// GET of one worker fills them in).
+	Stats map[string]int64 `json:"stats,omitempty"`
 	// An operator's pause of this worker (WorkerPause; the admin API fills
 	// these in, the supervisor's events leave them out).
 	Paused      bool   `json:"paused,omitempty"`
@@ -99,6 +104,8 @@ func (c Component) View() WorkerView {
 		UpdatedAt:        unixMS(c.UpdatedAt),
 		FailedAt:         unixMS(c.Restarts.FailedAt),
 		FailureReason:    c.Restarts.FailureReason,
+		CreatedAt:        unixMS(c.CreatedAt),
+		Version:          c.Version,
 	}
 	if c.Status == StatusRecovering {
 		v.RecoveringUntil = unixMS(c.RecoveringUntil)

@@ -76,6 +76,8 @@ type Heartbeater struct {
 	// RecoverMinDefault, RecoverMaxDefault); the script clamps to them.
 	RecoverMin time.Duration
 	RecoverMax time.Duration
+	// Version is recorded in the worker's record ("" = none).
+	Version string
 
 	holdUntil atomic.Int64 // Unix ms: Run sends no ordinary beat before (a recovering window)
 
@@ -173,7 +175,7 @@ func (h *Heartbeater) beat(ctx context.Context, recoverMS int64, reason string) 
 		now := h.clock().Now()
 		res, err := heartbeatScript.Run(ctx, h.Store.rdb, []string{k.Heartbeat(h.ID), k.Component(h.ID)},
 			h.PID, now.UnixMilli(), h.TTL.Milliseconds(), h.Host, h.ID.Queue, h.ID.Slot, ms(h.StartedAt),
-			recoverMS, reason, lo, hi).Slice()
+			recoverMS, reason, lo, hi, h.Version).Slice()
 		if err != nil {
 			return 0, 0, fmt.Errorf("heartbeat %s: %w", h.ID, err)
 		}

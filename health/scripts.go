@@ -73,6 +73,8 @@ local args = {}
 for k, v in pairs(a.set) do args[#args+1] = k; args[#args+1] = v end
 if #args > 0 then redis.call('HSET', KEYS[1], unpack(args)) end
 if a.del then for _, f in ipairs(a.del) do redis.call('HDEL', KEYS[1], f) end end
+-- created_at: the first registration, set once (issue 20)
+if a.set.updated_at and a.set.updated_at ~= '' then redis.call('HSETNX', KEYS[1], 'created_at', a.set.updated_at) end
 if a.restarts then
   args = {}
   for k, v in pairs(a.restarts) do args[#args+1] = k; args[#args+1] = v end
@@ -89,7 +91,9 @@ return {1, tok}
 //
 // KEYS: heartbeat key, component hash.
 // ARGV: pid, now ms, ttl ms, host, queue, slot, started_at ms, and
-// optionally recover_for ms, reason, recover_min ms, recover_max ms.
+// optionally recover_for ms, reason, recover_min ms, recover_max ms (0 and
+// empty strings for an ordinary beat), version (the worker's, recorded
+// when it differs; empty: none).
 // Returns {code, status}: code -1 stale (another pid owns the record, or the
 // record says the process is not running: the writer must exit), 0 beat
 // written, 1 beat written and starting or recovering → healthy, 2 record
@@ -130,12 +134,15 @@ else
 end
 local now = ARGV[2]
 redis.call('SET', KEYS[1], now, 'PX', px)
+local ver = ARGV[12] or ''
+if ver ~= '' and redis.call('HGET', KEYS[2], 'version') ~= ver then redis.call('HSET', KEYS[2], 'version', string.sub(ver, 1, 100)) end
 local status = 'healthy'
 if rf > 0 then status = 'recovering' end
 if not pid then
   redis.call('HSET', KEYS[2], 'status', status, 'pid', ARGV[1], 'host', ARGV[4], 'queue', ARGV[5],
     'slot', ARGV[6], 'started_at', ARGV[7], 'healthy_since', now, 'last_heartbeat', now,
     'updated_at', now, 'held', '0')
+  redis.call('HSETNX', KEYS[2], 'created_at', now)
   if rf > 0 then
     redis.call('HSET', KEYS[2], 'reason', string.sub(ARGV[9] or '', 1, 200), 'recovering_until', tostring(tonumber(now) + px))
   end

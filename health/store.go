@@ -126,7 +126,7 @@ func recordFields(c Component) (set map[string]string, del []string) {
 	// and any status the supervisor writes ends it.
 	del = append(del, FieldRecoveringUntil)
 	if c.Status == StatusStarting {
-		del = append(del, FieldHealthySince, FieldLastHeartbeat, FieldCurrentJob)
+		del = append(del, FieldHealthySince, FieldLastHeartbeat, FieldCurrentJob, FieldVersion)
 	} else if !c.HealthySince.IsZero() {
 		set[FieldHealthySince] = ms(c.HealthySince)
 	}

@@ -244,7 +244,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 
 	hb := &health.Heartbeater{Store: w.store, ID: w.id, PID: w.pid, Host: w.env.Host,
 		StartedAt: w.clock.Now(), Interval: w.env.HeartbeatInterval, TTL: w.env.HeartbeatTTL,
-		RecoverMin: w.env.RecoverMin, RecoverMax: w.env.RecoverMax, Logger: w.log, Clock: w.clock}
+		RecoverMin: w.env.RecoverMin, RecoverMax: w.env.RecoverMax, Version: workerVersion(w.env.Version),
+		Logger: w.log, Clock: w.clock}
 	w.recovering.hb = hb
 
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{

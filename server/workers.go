@@ -7,37 +7,41 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/queue"
 )
 
 // Worker is one component as the API shows it (health.WorkerView, with
 // the docs of the spec).
 type Worker struct {
-	Component        string  `json:"component" example:"worker:tag:0" doc:"Component id, worker:<queue>:<slot>"`
-	ID               int     `json:"id" example:"0" doc:"Slot number within the pool"`
-	QueueType        string  `json:"queue_type" example:"tag" doc:"The queue the worker consumes"`
-	Status           string  `json:"status" enum:"starting,healthy,recovering,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (README \"Worker statuses\")"`
-	Reason           string  `json:"reason,omitempty" example:"exit code 1" doc:"Why it is in this status"`
-	Held             bool    `json:"held" doc:"Stopped by an operator: not started again until an operator restart"`
-	Host             string  `json:"host,omitempty" example:"box-1" doc:"Host that runs it"`
-	PID              int     `json:"pid,omitempty" example:"4242" doc:"Process id on that host"`
-	CurrentJob       string  `json:"current_job,omitempty" doc:"Task the worker runs now, if any"`
-	ExitCode         *int    `json:"exit_code,omitempty" example:"1" doc:"Code of the last exit (-1 unknown, -2 heartbeat timeout, -3 invalid heartbeat, 128+N signal N)"`
-	Signal           string  `json:"signal,omitempty" example:"SIGKILL" doc:"Signal that ended the last process, if any"`
-	RestartCount     int     `json:"restart_count" example:"0" doc:"Consecutive counted restarts"`
-	LifetimeRestarts int     `json:"lifetime_restarts" example:"3" doc:"Counted restarts since the last reset"`
-	StartedAt        int64   `json:"started_at,omitempty" example:"1790000000000" doc:"Start of the current process (Unix ms)"`
-	LastHeartbeat    int64   `json:"last_heartbeat,omitempty" example:"1790000005000" doc:"Last heartbeat (Unix ms)"`
-	HealthySince     int64   `json:"healthy_since,omitempty" example:"1790000001000" doc:"Healthy without interruption since (Unix ms)"`
-	UpdatedAt        int64   `json:"updated_at,omitempty" example:"1790000001000" doc:"Last change of the record (Unix ms)"`
-	FailedAt         int64   `json:"failed_at,omitempty" doc:"When it was marked failed (Unix ms)"`
-	FailureReason    string  `json:"failure_reason,omitempty" example:"5 crashes within 5m0s" doc:"Why it was marked failed"`
-	LastRestart      int64   `json:"last_restart,omitempty" example:"1790000000500" doc:"When the last counted restart was decided (Unix ms)"`
-	RecentCrashes    []int64 `json:"recent_crashes,omitempty" example:"[1790000000000]" doc:"Times of the counted crashes in the restart policy's window, oldest first (Unix ms): the window the policy judges"`
-	RecoveringUntil  int64   `json:"recovering_until,omitempty" example:"1790000060000" doc:"While recovering: when the window its heartbeat announced ends (Unix ms); past it without an ordinary beat, the worker is a crash"`
-	Paused           bool    `json:"paused,omitempty" doc:"Paused by an operator (POST .../pause): the worker takes no task, keeps beating and finishes what it runs; survives its restarts"`
-	PausedBy         string  `json:"paused_by,omitempty" example:"alice" doc:"Who paused it"`
-	PausedAt         int64   `json:"paused_at,omitempty" doc:"When it was paused (Unix ms)"`
-	PauseReason      string  `json:"pause_reason,omitempty" example:"disk check" doc:"Why"`
+	Component        string           `json:"component" example:"worker:tag:0" doc:"Component id, worker:<queue>:<slot>"`
+	ID               int              `json:"id" example:"0" doc:"Slot number within the pool"`
+	QueueType        string           `json:"queue_type" example:"tag" doc:"The queue the worker consumes"`
+	Status           string           `json:"status" enum:"starting,healthy,recovering,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (README \"Worker statuses\")"`
+	Reason           string           `json:"reason,omitempty" example:"exit code 1" doc:"Why it is in this status"`
+	Held             bool             `json:"held" doc:"Stopped by an operator: not started again until an operator restart"`
+	Host             string           `json:"host,omitempty" example:"box-1" doc:"Host that runs it"`
+	PID              int              `json:"pid,omitempty" example:"4242" doc:"Process id on that host"`
+	CurrentJob       string           `json:"current_job,omitempty" doc:"Task the worker runs now, if any"`
+	ExitCode         *int             `json:"exit_code,omitempty" example:"1" doc:"Code of the last exit (-1 unknown, -2 heartbeat timeout, -3 invalid heartbeat, 128+N signal N)"`
+	Signal           string           `json:"signal,omitempty" example:"SIGKILL" doc:"Signal that ended the last process, if any"`
+	RestartCount     int              `json:"restart_count" example:"0" doc:"Consecutive counted restarts"`
+	LifetimeRestarts int              `json:"lifetime_restarts" example:"3" doc:"Counted restarts since the last reset"`
+	StartedAt        int64            `json:"started_at,omitempty" example:"1790000000000" doc:"Start of the current process (Unix ms)"`
+	LastHeartbeat    int64            `json:"last_heartbeat,omitempty" example:"1790000005000" doc:"Last heartbeat (Unix ms)"`
+	HealthySince     int64            `json:"healthy_since,omitempty" example:"1790000001000" doc:"Healthy without interruption since (Unix ms)"`
+	UpdatedAt        int64            `json:"updated_at,omitempty" example:"1790000001000" doc:"Last change of the record (Unix ms)"`
+	FailedAt         int64            `json:"failed_at,omitempty" doc:"When it was marked failed (Unix ms)"`
+	FailureReason    string           `json:"failure_reason,omitempty" example:"5 crashes within 5m0s" doc:"Why it was marked failed"`
+	LastRestart      int64            `json:"last_restart,omitempty" example:"1790000000500" doc:"When the last counted restart was decided (Unix ms)"`
+	RecentCrashes    []int64          `json:"recent_crashes,omitempty" example:"[1790000000000]" doc:"Times of the counted crashes in the restart policy's window, oldest first (Unix ms): the window the policy judges"`
+	RecoveringUntil  int64            `json:"recovering_until,omitempty" example:"1790000060000" doc:"While recovering: when the window its heartbeat announced ends (Unix ms); past it without an ordinary beat, the worker is a crash"`
+	CreatedAt        int64            `json:"created_at,omitempty" example:"1789990000000" doc:"First registration of this worker (Unix ms), set once; a slot removed and grown back starts again"`
+	Version          string           `json:"version,omitempty" example:"v1.4.2" doc:"Version its process reports in its heartbeat (VIGIL_VERSION, or its Go binary's build info)"`
+	Stats            map[string]int64 `json:"stats,omitempty" example:"{\"jobs_done\":120,\"heartbeats\":512,\"failures:TIMEOUT\":2}" doc:"GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; README \"Metrics\")"`
+	Paused           bool             `json:"paused,omitempty" doc:"Paused by an operator (POST .../pause): the worker takes no task, keeps beating and finishes what it runs; survives its restarts"`
+	PausedBy         string           `json:"paused_by,omitempty" example:"alice" doc:"Who paused it"`
+	PausedAt         int64            `json:"paused_at,omitempty" doc:"When it was paused (Unix ms)"`
+	PauseReason      string           `json:"pause_reason,omitempty" example:"disk check" doc:"Why"`
 }
 
 func workerOf(c health.Component) Worker { return Worker(c.View()) }
@@ -157,6 +161,13 @@ func (s *server) getWorker(ctx context.Context, in *ComponentParam) (*WorkerOutp
 	w := []Worker{workerOf(c)}
 	if err := s.withPauses(ctx, w); err != nil {
 		return nil, s.fail(ctx, "read "+id.String(), err)
+	}
+	stats, err := queue.ReadWorkerStats(ctx, s.store, []health.ComponentID{id})
+	if err != nil {
+		return nil, s.fail(ctx, "read "+id.String(), err)
+	}
+	if len(stats[0]) > 0 {
+		w[0].Stats = stats[0]
 	}
 	return &WorkerOutput{Body: w[0]}, nil
 }

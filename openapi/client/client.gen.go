@@ -1574,6 +1574,11 @@ type Worker struct {
 	// Example: worker:tag:0
 	Component string `json:"component"`
 
+	// CreatedAt First registration of this worker (Unix ms), set once; a slot removed and grown back starts again
+	//
+	// Example: 1789990000000
+	CreatedAt *int64 `json:"created_at,omitempty"`
+
 	// CurrentJob Task the worker runs now, if any
 	CurrentJob *string `json:"current_job,omitempty"`
 
@@ -1679,6 +1684,11 @@ type Worker struct {
 	// Example: 1790000000000
 	StartedAt *int64 `json:"started_at,omitempty"`
 
+	// Stats GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; README "Metrics")
+	//
+	// Example: {"failures:TIMEOUT":2,"heartbeats":512,"jobs_done":120}
+	Stats *map[string]int64 `json:"stats,omitempty"`
+
 	// Status Lifecycle status (README "Worker statuses")
 	//
 	// Example: healthy
@@ -1688,6 +1698,11 @@ type Worker struct {
 	//
 	// Example: 1790000001000
 	UpdatedAt *int64 `json:"updated_at,omitempty"`
+
+	// Version Version its process reports in its heartbeat (VIGIL_VERSION, or its Go binary's build info)
+	//
+	// Example: v1.4.2
+	Version *string `json:"version,omitempty"`
 }
 
 // WorkerStatus Lifecycle status (README "Worker statuses")

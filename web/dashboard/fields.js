@@ -55,6 +55,9 @@ export const WORKER_FIELDS = [
   { key: 'last_heartbeat', label: 'last heartbeat', get: (w) => when(w.last_heartbeat) },
   { key: 'exit_code', label: 'last exit', get: exitText, also: ['signal'] },
   { key: 'updated_at', label: 'record updated', get: (w) => when(w.updated_at) },
+  { key: 'created_at', label: 'registered', get: (w) => when(w.created_at) },
+  { key: 'version' },
+  { key: 'stats', label: 'counters', get: (w) => (w.stats ? Object.entries(w.stats).sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => k + ' ' + v).join(', ') : '') },
   { key: 'id', label: 'slot' },
   { key: 'queue_type', label: 'queue' },
 ];
