@@ -141,6 +141,7 @@ func TestWriteFields(t *testing.T) {
 		health.FieldStartedAt: fmt.Sprint(t0.UnixMilli()),
 		health.FieldSignal:    "",
 		health.FieldUpdatedAt: fmt.Sprint(t0.Add(time.Second).UnixMilli()),
+		health.FieldCreatedAt: fmt.Sprint(t0.Add(time.Second).UnixMilli()), // the first write registers it
 	}
 	if !mapsEqual(h, want) {
 		t.Errorf("record = %v\nwant %v", h, want)
