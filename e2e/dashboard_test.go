@@ -374,6 +374,23 @@ func TestDashboard(t *testing.T) {
 	p.click("resume the tag queue", qrow+` button.resume`)
 	p.poll("the tag queue runs again", `document.querySelector('`+qrow+` td.paused').textContent === 'running'`)
 
+	// One worker paused and resumed from its row (issue 20): the row says
+	// paused, the API agrees, and its button turns to Resume.
+	p.view("#/workers?queue=tag")
+	const wrow = `#workers tr[data-component="worker:tag:1"]`
+	p.poll("worker:tag:1 can be paused", `!!document.querySelector('`+wrow+` button.pause:not([disabled])')`)
+	p.click("pause worker:tag:1", wrow+` button.pause`)
+	p.poll("worker:tag:1 shows paused", `document.querySelector('`+wrow+` td.wstatus').textContent.includes('paused') && !!document.querySelector('`+wrow+` button.resume')`)
+	if b := p.api(http.MethodGet, "/api/v1/workers/worker:tag:1", ""); !strings.Contains(string(b), `"paused":true`) {
+		t.Errorf("GET /api/v1/workers/worker:tag:1 after the page paused it: %s", b)
+	}
+	shot(t, ctx, "dashboard-worker-paused.png")
+	p.click("resume worker:tag:1", wrow+` button.resume`)
+	p.poll("worker:tag:1 runs again", `!document.querySelector('`+wrow+` td.wstatus').textContent.includes('paused') && !!document.querySelector('`+wrow+` button.pause')`)
+	if b := p.api(http.MethodGet, "/api/v1/workers/worker:tag:1", ""); strings.Contains(string(b), `"paused":true`) {
+		t.Errorf("GET /api/v1/workers/worker:tag:1 after the page resumed it: %s", b)
+	}
+
 	// Schedules: the demo's two; digest (every 5 s) fires on its own; run
 	// the nightly one now, pause and resume digest.
 	p.view("#/schedules")

@@ -199,8 +199,12 @@ function apply(e, type) {
     state.workers.delete(e.worker.component); // a slot beyond its shrunk pool, gone for good
     state.jobs.delete(e.worker.component);
   } else if (parts[0] === 'worker' && e.worker) {
+    const prev = state.workers.get(e.worker.component);
+    if (prev && e.worker.paused === undefined) copyPause(prev, e.worker);
     state.workers.set(e.worker.component, e.worker);
     if (!RUNNING.has(e.worker.status)) state.jobs.delete(e.worker.component);
+  } else if (parts[0] === 'worker' && type === 'action' && e.action && ['pause', 'resume'].includes(e.action.action)) {
+    refreshWorker(e.action.target); // paused or resumed from another page, host or vigil ctl
   } else if (topic === 'queue:status') {
     if (e.data && (type === 'snapshot' || type === 'queue_update')) state.total = e.data;
     if (type === 'action') refreshQueues();
@@ -267,6 +271,17 @@ async function refreshPools() {
   if (b && b.pools) { state.pools.clear(); b.pools.forEach((p) => state.pools.set(p.queue, p)); render(); }
 }
 
+// An operator's pause of a worker is the admin API's, not the
+// supervisor's: its events and snapshots leave it out, the API's reads
+// bring it.
+const PAUSE_FIELDS = ['paused', 'paused_by', 'paused_at', 'pause_reason'];
+function copyPause(from, to) { for (const f of PAUSE_FIELDS) { if (from[f] === undefined) delete to[f]; else to[f] = from[f]; } }
+
+async function refreshWorker(c) {
+  const w = await getJSON('api/v1/workers/' + enc(c));
+  if (w) { state.workers.set(c, w); render(); }
+}
+
 // Heartbeats are not events (one per worker per interval would drown the
 // stream): the views that show them read them every few seconds.
 async function refreshHeartbeats() {
@@ -274,7 +289,7 @@ async function refreshHeartbeats() {
   if (!b || !b.workers) return;
   for (const w of b.workers) {
     const cur = state.workers.get(w.component);
-    if (cur) { cur.last_heartbeat = w.last_heartbeat; if (w.current_job) cur.current_job = w.current_job; } else state.workers.set(w.component, w);
+    if (cur) { cur.last_heartbeat = w.last_heartbeat; if (w.current_job) cur.current_job = w.current_job; copyPause(w, cur); } else state.workers.set(w.component, w);
   }
   render();
 }
@@ -573,6 +588,9 @@ function drawWorkers(params) {
       cells(WORKER_COLUMNS, w, { now, job: workerJob(w) }),
       el('td', { class: 'actions' },
         button('Restart', 'restart', () => workerAction(w.component, 'restart')), ' ',
+        w.paused
+          ? button('Resume', 'resume', () => workerPause(w.component, false), { title: 'It takes tasks again' })
+          : button('Pause', 'pause', () => workerPause(w.component, true), { disabled: !running, title: 'It takes no new task, keeps beating and finishes what it runs' }), ' ',
         button('Reset', 'reset', () => workerAction(w.component, 'reset'), { disabled: running, title: 'Clear the restart counters and start it again' })));
   }));
   pager($('#workers-pager'), page, pages, shown.length, WORKERS_PAGE, (p) => {
@@ -602,6 +620,11 @@ const WORKER_ACTIONS = {
   stop: { path: 'stop', ask: 'Stop %s and hold it stopped?', detail: 'It is not started again until an operator restarts it.' },
   reset: { path: 'reset?restart=true', ask: 'Reset %s?', detail: 'Its restart counters and crash window are cleared and it starts again.' },
 };
+
+async function workerPause(c, pause) {
+  const b = await act('POST', 'api/v1/workers/' + enc(c) + '/' + (pause ? 'pause' : 'resume'));
+  if (b && b.worker) { state.workers.set(c, b.worker); workersVersion++; render(); }
+}
 
 async function workerAction(c, action) {
   const a = WORKER_ACTIONS[action];
@@ -655,6 +678,10 @@ views.worker = {
     $('#worker-record').replaceChildren(detailList(w, WORKER_FIELDS, RESTART_FIELDS.map((f) => f.key)));
     $('#worker-restarts').replaceChildren(detailList(w, RESTART_FIELDS, Object.keys(w)));
     $('#worker-stop').disabled = !running;
+    const wp = $('#worker-pause');
+    wp.textContent = w.paused ? 'Resume' : 'Pause';
+    wp.className = w.paused ? 'resume' : 'pause';
+    wp.disabled = !w.paused && !running;
     $('#worker-reset').disabled = running;
     $('#worker-reset').title = running ? 'Stop it first: a running worker is not reset' : 'Clear the restart counters and start it again';
     const t = $('#worker-history');
@@ -935,6 +962,7 @@ $('#worker-filter').addEventListener('submit', (e) => { e.preventDefault(); onFi
 $('#worker-filter').elements.q.addEventListener('input', debounce(onFilter, 250));
 $('#worker-restart').addEventListener('click', () => workerAction(views.worker.c, 'restart'));
 $('#worker-stop').addEventListener('click', () => workerAction(views.worker.c, 'stop'));
+$('#worker-pause').addEventListener('click', () => { const w = state.workers.get(views.worker.c); workerPause(views.worker.c, !(w && w.paused)); });
 $('#worker-reset').addEventListener('click', () => workerAction(views.worker.c, 'reset'));
 $('#job-retry').addEventListener('click', () => jobViewAction('retry'));
 $('#job-cancel').addEventListener('click', () => jobViewAction('cancel'));

@@ -25,7 +25,10 @@ export const workerHref = (c) => '#/workers/' + encodeURIComponent(c);
 export const jobHref = (q, id) => '#/jobs/' + encodeURIComponent(q) + '/' + encodeURIComponent(id);
 
 const exitText = (w) => (w.exit_code != null ? String(w.exit_code) + (w.signal ? ' ' + w.signal : '') : '');
-const workerStatus = (w) => badge(w.status + (w.held ? ' (held)' : ''), w.status);
+const workerStatus = (w) => (w.paused
+  ? el('span', { title: 'paused by ' + (w.paused_by || '?') + (w.pause_reason ? ': ' + w.pause_reason : '') },
+    badge(w.status + (w.held ? ' (held)' : ''), w.status), ' ', badge('paused', 'paused'))
+  : badge(w.status + (w.held ? ' (held)' : ''), w.status));
 
 // Columns of the workers table. get(w, ctx) returns text or a node; ctx
 // has now and the worker's current job from job events.
