@@ -89,8 +89,7 @@ func BenchmarkKillToSSECrashed(b *testing.B) {
 // BenchmarkEventFanout measures the delivery latency of one event to 1,000
 // and to 10,000 SSE clients that run in another process (bench/sseclients),
 // through Vigil's broker (XADD → the broker's blocking XREAD → pattern
-// match → each client's outbox, written by its handler) and, in the same
-// run, through a
+// match → one r3labs/sse stream per client) and, in the same run, through a
 // bare r3labs/sse broadcast (one stream shared by every client, the event
 // published in process). An iteration is one event, sent once every client
 // has the previous one. Metrics: latency from send to each client's read

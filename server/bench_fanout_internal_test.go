@@ -103,7 +103,7 @@ func BenchmarkFanOutHostile(b *testing.B) {
 func benchAddGroup(b *broker, sub subscription) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.groups[sub.key] = &group{sub: sub, clients: map[*client]struct{}{}, tick: newBroadcast()}
+	b.groups[sub.key] = &group{sub: sub, clients: map[*client]struct{}{}}
 	b.fresh[sub.key] = b.groups[sub.key]
 	b.subsGen++
 }

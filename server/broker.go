@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/r3labs/sse/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
@@ -70,19 +71,22 @@ func (c SSEConfig) withDefaults() SSEConfig {
 // the writes of clients that do not read.
 const closeGrace = time.Second
 
+// subscriberBuffer is r3labs/sse's own channel per subscriber (64 events),
+// behind the stream's buffer.
+const subscriberBuffer = 64
+
 // memoryLag is how many events at most wait for a client in memory (its
-// outbox, or MaxLag if less). A client further behind catches up from the
-// Redis stream (its handler reads the entries it missed), until it is more
-// than MaxLag entries behind.
+// stream's buffer and its subscriber channel, or MaxLag if less). A client
+// further behind catches up from the Redis stream on its own goroutine,
+// until it is more than MaxLag entries behind.
 const memoryLag = 256
 
 // broker reads the event stream with one blocking read at a time and fans
-// every entry out to the clients whose patterns match its topic. Each
-// entry is framed once (the SSE message's bytes, shared by every client);
-// the fan-out appends it to each matching client's outbox without waiting
-// (a client that does not read never blocks the others), and the
-// connection's own handler goroutine writes its outbox to the socket, a
-// batch per write. No goroutine per client besides net/http's own.
+// every entry out to the clients whose patterns match its topic, through
+// r3labs/sse: one sse stream per connection (a subscriber of a shared
+// stream cannot be addressed alone, and each connection gets its own
+// snapshot), TryPublish so that a client that does not read never blocks
+// the others, AutoReplay off (history comes from the Redis stream).
 type broker struct {
 	cfg      SSEConfig
 	store    *health.Store
@@ -93,18 +97,17 @@ type broker struct {
 	// announcements follow worker and host changes).
 	onEntry func(typ, topic string)
 
+	sse    *sse.Server
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // reader and keep-alive goroutines
-	// outMax is the capacity of a client's outbox.
-	outMax int
 	conns  sync.WaitGroup // connections being served
 	ready  chan struct{}  // closed once pos is known
 
 	mu      sync.Mutex
 	pos     streamID // last entry fanned out
 	groups  map[string]*group
-	clients map[string]*client // by id
+	clients map[string]*client // by sse stream id
 	// catching are the clients outside the live fan-out: joining, or
 	// catching up after a burst filled their buffer.
 	catching map[*client]struct{}
@@ -121,15 +124,6 @@ type broker struct {
 	// snap is fanOut's view of the groups' pattern sets, matched outside
 	// mu (only the reader goroutine touches it).
 	snap subsSnapshot
-	// snapMu guards the snapshot reads shared by clients (broker_snap.go):
-	// by pattern set, the one that has not begun and the last that has.
-	snapMu   sync.Mutex
-	snapNext map[string]*snapFlight
-	snapLast map[string]*snapFlight
-	// wake are the groups the fan-out gave entries to, woken once it is
-	// done (wakeBuf: its buffer, reused; reader goroutine only).
-	wake    []*group
-	wakeBuf []*group
 	// readerID is the CLIENT ID of the reader's connection (0: unknown).
 	readerID int64
 	stats    brokerStats
@@ -148,23 +142,26 @@ type brokerStats struct {
 type group struct {
 	sub     subscription
 	clients map[*client]struct{}
-	// tick wakes the handlers of its clients at once when the fan-out
-	// gave them entries (one broadcast, rather than one wake-up each,
-	// which would hand the processor to the first woken handlers).
-	tick  *broadcast
-	woken bool // in the fan-out's list of groups to wake (mu held)
 }
 
 func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.Clock,
 	snapshot func(context.Context, subscription) ([]health.Event, error), onEntry func(typ, topic string)) *broker {
 	cfg = cfg.withDefaults()
+	s := sse.New()
+	s.AutoReplay = false
+	s.AutoStream = false
+	buf := min(cfg.MaxLag, memoryLag) - subscriberBuffer
+	if buf < 1 {
+		buf = 1
+	}
+	s.BufferSize = buf
 	b := &broker{
 		cfg: cfg, store: store, log: log, clock: clk, snapshot: snapshot, onEntry: onEntry,
-		outMax: max(1, min(cfg.MaxLag, memoryLag)), ready: make(chan struct{}),
+		sse: s, ready: make(chan struct{}),
 		groups: map[string]*group{}, clients: map[string]*client{}, catching: map[*client]struct{}{},
 		perAddr: map[string]int{}, fresh: map[string]*group{},
-		snapNext: map[string]*snapFlight{}, snapLast: map[string]*snapFlight{},
 	}
+	s.OnSubscribe = b.subscribed
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b
 }
@@ -184,7 +181,8 @@ func (b *broker) start(also ...func(context.Context)) {
 }
 
 // close disconnects every client, waits for their handlers, and stops the
-// goroutines. Safe twice.
+// goroutines: streams are closed before the sse server, so that none of
+// r3labs/sse's goroutines is left behind. Safe twice.
 func (b *broker) close() {
 	// End every stream cleanly (its handler returns and the response ends
 	// as it should); a client that does not read within closeGrace has its
@@ -192,7 +190,7 @@ func (b *broker) close() {
 	b.mu.Lock()
 	b.closed = true
 	for _, c := range b.clients {
-		c.end()
+		c.cancel()
 	}
 	b.mu.Unlock()
 	served := make(chan struct{})
@@ -215,6 +213,7 @@ func (b *broker) close() {
 	b.cancel()
 	b.unblock()
 	b.wg.Wait()
+	b.sse.Close()
 }
 
 // acquire admits one more connection from addr, or says why not (the
@@ -365,7 +364,7 @@ type entry struct {
 	id    streamID
 	topic string
 	typ   string
-	frame []byte // the SSE message as written (nil: skipped)
+	ev    *sse.Event
 }
 
 // toEntry turns a stream entry into the SSE message every matching client
@@ -388,7 +387,7 @@ func toEntry(m redis.XMessage) (entry, bool) {
 		}
 		b = buf.Bytes()
 	}
-	return entry{id: id, topic: topic, typ: typ, frame: sseFrame(m.ID, typ, b)}, true
+	return entry{id: id, topic: topic, typ: typ, ev: &sse.Event{ID: []byte(m.ID), Event: []byte(typ), Data: b}}, true
 }
 
 // fanOut publishes entries, in order, to every joined client that matches
@@ -414,27 +413,9 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 		}
 	}
 	b.mu.Lock()
-	defer func() {
-		// Wake the groups given entries once every entry is queued, out
-		// of the lock, one broadcast per group: woken one by one, the first
-		// handlers took the processor from the fan-out, which then waited
-		// behind their writes (10 to 460 ms to wake 10,000 clients; one
-		// broadcast each: 3 to 5 ms).
-		wake := b.wake
-		b.wake = nil
-		for _, g := range wake {
-			g.woken = false
-		}
-		b.mu.Unlock()
-		for _, g := range wake {
-			g.tick.wake()
-		}
-		clear(wake)
-		b.wakeBuf = wake
-	}()
-	b.wake = b.wakeBuf[:0]
+	defer b.mu.Unlock()
 	for i, e := range entries {
-		if e.frame == nil {
+		if e.ev == nil {
 			if id, ok := parseStreamID(msgs[i].ID); ok && id.cmp(b.pos) > 0 {
 				b.pos = id
 			}
@@ -471,11 +452,7 @@ func (b *broker) publishTo(g *group, e entry) {
 		if e.id.cmp(c.from) <= 0 {
 			continue // sent by the client's own catch-up
 		}
-		if c.out.add(e.frame) {
-			if !g.woken {
-				g.woken = true
-				b.wake = append(b.wake, g)
-			}
+		if b.sse.TryPublish(c.id, e.ev) {
 			c.last = e.id
 		} else {
 			b.fellBehind(c)
@@ -533,8 +510,8 @@ func (b *broker) lagged(c *client) {
 	c.drop()
 }
 
-// keepAliveFrame is the comment sent every KeepAlive.
-var keepAliveFrame = []byte(": keep-alive\n\n")
+// keepAliveEvent is the comment sent every KeepAlive.
+var keepAliveEvent = &sse.Event{Comment: []byte("keep-alive")}
 
 func (b *broker) keepAlive() {
 	defer b.wg.Done()
@@ -548,7 +525,7 @@ func (b *broker) keepAlive() {
 		}
 		b.mu.Lock()
 		for _, c := range b.clients {
-			if c.joined && !c.out.try(keepAliveFrame) {
+			if c.joined && !b.sse.TryPublish(c.id, keepAliveEvent) {
 				b.lagged(c)
 			}
 		}

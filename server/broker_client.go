@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
+	"github.com/r3labs/sse/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
@@ -17,137 +19,66 @@ import (
 // replayPage is how many stream entries a catch-up reads at a time.
 const replayPage = 500
 
-// client is one connection to GET /api/v1/events. Its handler goroutine
-// is the only one that writes to it: first its start (snapshot, catch-up),
-// then its outbox, and again a catch-up when it fell behind. It holds no
-// context of its own while it streams (a connection's would cost more
-// than the rest of its state): ended tells its handler to return, and its
-// Redis reads run under a context that lives as long as they do.
+// client is one connection to GET /api/v1/events.
 type client struct {
-	id     string
+	id     string // its own sse stream
 	sub    subscription
 	remote string
-	w      http.ResponseWriter
+	cancel context.CancelFunc
 	rc     *http.ResponseController
-	out    outbox
-	// tick is its group's broadcast while it is in the live fan-out.
-	tick atomic.Pointer[broadcast]
-	// spare is the outbox's last batch, kept for the next (handler only).
-	spare [][]byte
+	// subscribedCh is closed once r3labs/sse has registered the
+	// connection's subscriber: nothing published before reaches it.
+	subscribedCh chan struct{}
+	subOnce      sync.Once
+	dropOnce     sync.Once
+
+	// ctx is the connection's; wg counts its goroutines besides the
+	// handler (the join, then each catch-up).
+	ctx context.Context
+	wg  sync.WaitGroup
 
 	// Under the broker's mu. joined: in the live fan-out, where entries up
 	// to from reached it through its own catch-up, and last is the last one
 	// queued for it. seq: while it catches up, the broker's entry count at
-	// its position (its lag is the broker's count minus seq). ended: its
-	// handler is to return (the outbox says so too); cancelRead ends the
-	// Redis read it is in, if any.
-	joined     bool
-	ended      bool
-	cut        bool
-	cancelRead context.CancelFunc
-	from       streamID
-	last       streamID
-	seq        int64
+	// its position (its lag is the broker's count minus seq).
+	joined bool
+	from   streamID
+	last   streamID
+	seq    int64
 }
 
-// end tells c's handler to return, ending its Redis read if it is in one
-// (mu held).
-func (c *client) end() {
-	if c.ended {
-		return
-	}
-	c.ended = true
-	if c.cancelRead != nil {
-		c.cancelRead()
-	}
-	c.out.end()
-}
-
-// drop ends the connection (mu held): its handler returns, and a write
-// stuck on a client that does not read fails at once.
+// drop ends the connection: its context ends (r3labs/sse then removes the
+// subscriber and its handler returns) and a write stuck on a client that
+// does not read fails at once.
 func (c *client) drop() {
-	c.end()
-	if !c.cut {
-		c.cut = true
+	c.dropOnce.Do(func() {
+		c.cancel()
 		_ = c.rc.SetWriteDeadline(time.Now())
-	}
+	})
 }
 
-// reading returns a context for c's Redis reads, which end() cancels, and
-// its release; ok is false when c has ended. It is the broker's, not the
-// request's: a child of the request's context would leave the request a
-// map of children for as long as the connection lasts (a client that goes
-// away meanwhile fails its next write).
-func (b *broker) reading(c *client) (ctx context.Context, release func(), ok bool) {
-	ctx, cancel := context.WithCancel(b.ctx)
+// subscribed is r3labs/sse's OnSubscribe hook.
+func (b *broker) subscribed(streamID string, _ *sse.Subscriber) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c.ended {
-		cancel()
-		return nil, nil, false
+	found := b.clients[streamID]
+	b.mu.Unlock()
+	if found != nil {
+		found.subOnce.Do(func() { close(found.subscribedCh) })
 	}
-	c.cancelRead = cancel
-	return ctx, func() {
-		b.mu.Lock()
-		c.cancelRead = nil
-		b.mu.Unlock()
-		cancel()
-	}, true
 }
-
-// errGone is a write to a client that went away (not worth a log line).
-var errGone = errors.New("the event client went away")
-
-// write writes one SSE message (buffered; flush sends it).
-func (c *client) write(frame []byte) error {
-	if _, err := c.w.Write(frame); err != nil {
-		return errGone
-	}
-	return nil
-}
-
-func (c *client) flush() error {
-	if c.rc.Flush() != nil {
-		return errGone
-	}
-	return nil
-}
-
-// drain writes what waits in the outbox, in one flush, and says whether
-// the handler is to catch up (from resume) or return.
-func (c *client) drain() (behind bool, resume streamID, ended bool, err error) {
-	q, behind, resume, ended := c.out.take(c.spare)
-	c.spare = nil
-	if len(q) == 0 {
-		c.spare = q
-		return behind, resume, ended, nil
-	}
-	for _, f := range q {
-		if err := c.write(f); err != nil {
-			return behind, resume, ended, err
-		}
-	}
-	clear(q)
-	if cap(q) <= spareMax {
-		c.spare = q
-	}
-	return behind, resume, ended, c.flush()
-}
-
-// spareMax bounds the batch kept between two drains: an idle client holds
-// little, one after a burst gives its batch back to the GC.
-const spareMax = 16
 
 // serve streams events to one client until it goes away, is dropped, or
 // the broker closes. The caller has acquired a place for it. lastID is the
 // Last-Event-ID it resumes from ("" for a fresh snapshot).
 func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription, lastID, addr string) {
 	defer b.release(addr)
-	c := &client{sub: sub, remote: r.RemoteAddr, w: w, rc: http.NewResponseController(w)}
-	c.out.init(b.outMax)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: http.NewResponseController(w),
+		subscribedCh: make(chan struct{})}
 	// An event stream outlives any server-wide write timeout.
 	_ = c.rc.SetWriteDeadline(time.Time{})
-	p, err := b.plan(r.Context(), lastID)
+	p, err := b.plan(ctx, lastID)
 	if err != nil {
 		b.log.Warn("events: read the stream for a client", "err", err)
 		writeProblem(w, http.StatusServiceUnavailable, "read the event stream: "+publicError(err))
@@ -161,60 +92,42 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	}
 	b.nextID++
 	c.id = strconv.FormatUint(b.nextID, 10)
-	if g := b.groups[sub.key]; g != nil {
-		c.sub = g.sub // one parsed copy per pattern set
-	}
 	b.clients[c.id] = c
 	b.catching[c] = struct{}{}
 	c.seq = b.seq
 	b.mu.Unlock()
-	defer func() {
-		b.mu.Lock()
-		c.ended = true
-		b.leave(c)
-		delete(b.clients, c.id)
-		delete(b.catching, c)
-		b.mu.Unlock()
-	}()
+	b.sse.CreateStream(c.id)
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	// The headers leave with the snapshot, in one write.
-	w.WriteHeader(http.StatusOK)
-	if !b.join(c, p) || c.flush() != nil {
-		return
-	}
-	b.stream(r.Context(), c)
+	c.ctx = ctx
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		b.join(ctx, c, p)
+	}()
+	// Returns once ctx ends: r3labs/sse deregisters the subscriber, which
+	// closes its channel. Its stream is removed only after that, or one of
+	// its goroutines would wait forever to deregister.
+	b.sse.ServeHTTP(w, sseRequest(r.WithContext(ctx), c.id))
+	cancel()
+	b.mu.Lock()
+	b.leave(c)
+	delete(b.clients, c.id)
+	delete(b.catching, c)
+	b.mu.Unlock()
+	b.sse.RemoveStream(c.id) // ends a Publish of join that waits for room
+	c.wg.Wait()
 }
 
-// stream writes c's outbox as entries arrive, and catches c up from the
-// stream when it fell behind, until c is gone.
-func (b *broker) stream(ctx context.Context, c *client) {
-	for {
-		// The broadcast before the outbox, so that no wake-up is lost.
-		var tick <-chan struct{}
-		if bc := c.tick.Load(); bc != nil {
-			tick = bc.C()
-		}
-		behind, cursor, ended, err := c.drain()
-		if err != nil || ended {
-			return
-		}
-		if behind {
-			if !b.catchUp(c, cursor) {
-				return
-			}
-			continue // back in the fan-out: its group's broadcast
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.out.wake:
-		case <-tick:
-		}
-	}
+// sseRequest is r as r3labs/sse expects it: its stream named in the query,
+// and no Last-Event-ID (it wants a number; ours are stream ids, handled by
+// join).
+func sseRequest(r *http.Request, stream string) *http.Request {
+	u := *r.URL
+	u.RawQuery = url.Values{"stream": {stream}}.Encode()
+	r.URL = &u
+	r.Header = r.Header.Clone()
+	r.Header.Del("Last-Event-ID")
+	return r
 }
 
 // leave takes c out of the live fan-out (mu held).
@@ -223,7 +136,6 @@ func (b *broker) leave(c *client) {
 		return
 	}
 	c.joined = false
-	c.tick.Store(nil)
 	if g := b.groups[c.sub.key]; g != nil {
 		delete(g.clients, c)
 		if len(g.clients) == 0 {
@@ -237,57 +149,44 @@ func (b *broker) leave(c *client) {
 // join sends the client its start: a snapshot (or, resuming, what it
 // missed; or reset and a snapshot when that is gone), then catches up with
 // the stream and enters the live fan-out with no gap and no duplicate.
-// Later, whenever a burst fills the client's outbox, the fan-out leaves it
-// out and its handler catches it up again from the stream at its own pace
-// (fellBehind); it is dropped only when it falls more than MaxLag entries
-// behind. False when the client is gone.
-func (b *broker) join(c *client, p plan) bool {
-	ctx, release, ok := b.reading(c)
-	if !ok {
-		return false
+// Later, whenever a burst fills the client's buffer, the fan-out leaves it
+// out and it catches up again from the stream at its own pace (fellBehind);
+// it is dropped only when it falls more than MaxLag entries behind.
+func (b *broker) join(ctx context.Context, c *client, p plan) {
+	select {
+	case <-c.subscribedCh:
+	case <-ctx.Done():
+		return
 	}
 	select {
 	case <-b.ready:
 	case <-ctx.Done():
-		release()
-		return false
+		return
 	}
-	cursor, err := b.begin(ctx, c, p)
-	release()
-	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, errGone) {
+	if err := b.begin(ctx, c, p); err != nil {
+		if ctx.Err() == nil {
 			b.log.Warn("events: start a client", "client", c.id, "err", err)
+			c.drop()
 		}
-		return false
+		return
 	}
-	return b.catchUp(c, cursor)
+	b.catchUp(ctx, c, p.cursor)
 }
 
 // catchUp sends c the matching entries after cursor from the stream, then
 // puts it into the live fan-out (true), unless it is gone (false).
-func (b *broker) catchUp(c *client, cursor streamID) bool {
-	ctx, release, ok := b.reading(c)
-	if !ok {
-		return false
-	}
-	defer release()
+func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) bool {
 	rdb, key := b.store.Client(), b.store.Keys().Events()
 	fail := func(err error) bool {
-		if ctx.Err() == nil && !errors.Is(err, errGone) {
+		if ctx.Err() == nil {
 			b.log.Warn("events: catch up a client", "client", c.id, "err", err)
+			c.drop()
 		}
-		b.mu.Lock()
-		c.drop()
-		b.mu.Unlock()
 		return false
 	}
 	for {
-		// What the outbox holds comes before cursor.
-		if _, _, _, err := c.drain(); err != nil {
-			return fail(err)
-		}
-		// Outside the lock, a page at a time, written to the client
-		// directly (it only delays this client).
+		// Outside the lock, a page at a time, with a Publish that waits
+		// for the client (it only delays this client).
 		for range 64 {
 			b.mu.Lock()
 			if cursor.cmp(b.pos) >= 0 {
@@ -306,8 +205,8 @@ func (b *broker) catchUp(c *client, cursor streamID) bool {
 			}
 		}
 		// The last stretch under the lock, so that no entry slips between
-		// the catch-up and the fan-out; into the outbox, as the fan-out
-		// does. A full outbox means another round.
+		// the catch-up and the fan-out; TryPublish, as the fan-out does. A
+		// full buffer means another round.
 		b.mu.Lock()
 		if cursor.cmp(b.pos) < 0 {
 			next, _, err := b.replay(ctx, rdb, key, c, cursor, 0, true)
@@ -321,50 +220,54 @@ func (b *broker) catchUp(c *client, cursor streamID) bool {
 				return fail(err)
 			}
 		}
-		ok := b.enter(c, cursor)
+		ok := ctx.Err() == nil && b.enter(c, cursor)
 		b.mu.Unlock()
 		return ok
 	}
 }
 
-// errFull is replay's answer when the client's outbox is full.
-var errFull = errors.New("the client's outbox is full")
+// errFull is replay's answer when the client's buffer is full.
+var errFull = errors.New("the client's buffer is full")
 
 // enter adds c to the live fan-out from cursor on (mu held); false when c
 // is gone.
 func (b *broker) enter(c *client, cursor streamID) bool {
-	if b.clients[c.id] != c || b.closed || c.ended {
+	if b.clients[c.id] != c || b.closed {
 		return false
 	}
 	delete(b.catching, c)
 	c.joined, c.from, c.last = true, cursor, cursor
 	g := b.groups[c.sub.key]
 	if g == nil {
-		g = &group{sub: c.sub, clients: map[*client]struct{}{}, tick: newBroadcast()}
+		g = &group{sub: c.sub, clients: map[*client]struct{}{}}
 		b.groups[c.sub.key] = g
 		b.fresh[c.sub.key] = g
 		b.subsGen++
 	}
 	g.clients[c] = struct{}{}
-	c.tick.Store(g.tick)
 	return true
 }
 
-// fellBehind takes c out of the live fan-out when its outbox is full (mu
-// held): its handler, once it has written the outbox, catches it up from
-// the stream, after the last entry it was given.
+// fellBehind takes c out of the live fan-out when its buffer is full (mu
+// held): a goroutine of its own catches it up from the stream, after the
+// last entry it was given. (serve waits for it: this happens only while c
+// is in the fan-out, before serve takes it out.)
 func (b *broker) fellBehind(c *client) {
 	b.leave(c)
 	b.catching[c] = struct{}{}
 	c.seq = b.seq - 1 // behind by the entry that did not fit
-	c.out.fellBehind(c.last)
+	cursor := c.last
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		b.catchUp(c.ctx, c, cursor)
+	}()
 }
 
 // replay sends c the matching entries after cursor (at most count; 0 =
 // all up to the broker's position) and returns the id of the last entry it
-// is done with and how many entries it read. Without try it writes them to
-// the client and flushes; with try (mu is held) it queues them in the
-// outbox, and a full outbox ends it with errFull.
+// is done with and how many entries it read. With try (mu is held) it does
+// not wait: a full buffer ends it with errFull.
 func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key string, c *client, cursor streamID, count int64, try bool) (streamID, int, error) {
 	start := "(" + cursor.String()
 	var msgs []redis.XMessage
@@ -386,17 +289,14 @@ func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key stri
 		}
 		c.seq += int64(done)
 	}()
-	wrote := false
 	for _, m := range msgs {
 		if e, ok := toEntry(m); ok && c.sub.match(e.topic) {
 			if try {
-				if !c.out.try(e.frame) {
+				if !b.sse.TryPublish(c.id, e.ev) {
 					return cursor, len(msgs), errFull
 				}
-			} else if err := c.write(e.frame); err != nil {
-				return cursor, len(msgs), err
-			} else {
-				wrote = true
+			} else if !b.publish(ctx, c, e.ev) {
+				return cursor, len(msgs), ctx.Err()
 			}
 		}
 		if id, ok := parseStreamID(m.ID); ok {
@@ -404,12 +304,16 @@ func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key stri
 		}
 		done++
 	}
-	if wrote {
-		if err := c.flush(); err != nil {
-			return cursor, len(msgs), err
-		}
-	}
 	return cursor, len(msgs), nil
+}
+
+// publish sends ev to c, waiting for room; false once c is gone.
+func (b *broker) publish(ctx context.Context, c *client, ev *sse.Event) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	b.sse.Publish(c.id, ev) // returns when queued, or when the stream is removed
+	return ctx.Err() == nil
 }
 
 // plan decides, before the response starts, where a client's catch-up
@@ -459,29 +363,38 @@ func (b *broker) plan(ctx context.Context, lastID string) (plan, error) {
 }
 
 // begin sends what comes before the catch-up: the reset event and the
-// snapshot, if the plan has them, and returns where the catch-up starts:
-// the plan's cursor, or the snapshot's (which it holds the effects of).
-func (b *broker) begin(ctx context.Context, c *client, p plan) (streamID, error) {
+// snapshot, if the plan has them, with the cursor's id.
+func (b *broker) begin(ctx context.Context, c *client, p plan) error {
 	if !p.snapshot {
-		return p.cursor, nil
+		return nil
 	}
-	f, err := b.sharedSnapshot(ctx, c.sub)
-	if err != nil {
-		return p.cursor, err
-	}
+	id := []byte(p.cursor.String())
+	now := b.clock.Now().UnixMilli()
 	if p.reset != "" {
 		data, _ := json.Marshal(ResetData{LastEventID: truncate(p.lastID, 64), Reason: p.reset})
-		ev, _ := json.Marshal(health.Event{Type: health.EventReset, Timestamp: b.clock.Now().UnixMilli(), Data: data})
-		if err := c.write(sseFrame(f.cursor.String(), health.EventReset, ev)); err != nil {
-			return p.cursor, err
+		ev, _ := json.Marshal(health.Event{Type: health.EventReset, Timestamp: now, Data: data})
+		if !b.publish(ctx, c, &sse.Event{ID: id, Event: []byte(health.EventReset), Data: ev}) {
+			return ctx.Err()
 		}
 	}
-	for _, fr := range f.frames {
-		if err := c.write(fr); err != nil {
-			return p.cursor, err
+	events, err := b.snapshot(ctx, c.sub)
+	if err != nil {
+		return err
+	}
+	for _, e := range events {
+		e.Type = health.EventSnapshot
+		if e.Timestamp == 0 {
+			e.Timestamp = now
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if !b.publish(ctx, c, &sse.Event{ID: id, Event: []byte(health.EventSnapshot), Data: data}) {
+			return ctx.Err()
 		}
 	}
-	return f.cursor, c.flush()
+	return nil
 }
 
 // ResetData is the payload of a reset event: the client's Last-Event-ID

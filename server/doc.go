@@ -6,12 +6,9 @@
 //
 // The event stream (broker*.go, events*.go): one goroutine per server
 // reads the Redis stream vigil:events with a blocking XREAD and fans each
-// entry out to the clients whose topic patterns match: framed once, queued
-// in each matching client's outbox, its group of clients (same patterns)
-// woken by one broadcast, and written by the connection's own handler
-// goroutine (none of its own per client). Each client first gets a
-// snapshot read from Redis (one read shared by the clients of a pattern
-// set that connect together), or what it missed (Last-Event-ID). The server also
+// entry out, through r3labs/sse with one stream per connection, to the
+// clients whose topic patterns match; each client first gets a snapshot
+// read from Redis, or what it missed (Last-Event-ID). The server also
 // announces system:health changes (broker_health.go).
 //
 // It reads state through health.Store, acts on workers through the
