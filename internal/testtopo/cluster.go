@@ -222,3 +222,74 @@ func (c *Cluster) WaitPromoted(ctx context.Context, replica *Proc) (Switch, erro
 	})
 	return sw, err
 }
+
+// Uncover takes an empty slot of the first master's ranges away from
+// every node (CLUSTER DELSLOTS on each), as an operator's mistake or a
+// half-done resharding would: with cluster-require-full-coverage yes (the
+// default) every node then answers CLUSTERDOWN to every command with a key.
+// It returns the slot, its owner, and when the first node said
+// cluster_state:fail.
+func (c *Cluster) Uncover(ctx context.Context) (slot int, owner *Proc, at time.Time, err error) {
+	ns, err := c.nodes(ctx)
+	if err != nil {
+		return 0, nil, time.Time{}, err
+	}
+	for _, n := range ns {
+		if n.isMaster && len(n.slots) > 0 {
+			for _, p := range c.Nodes {
+				if p.Addr() == n.addr {
+					owner = p
+				}
+			}
+			oc := owner.Client()
+			for slot = n.slots[0][0]; slot <= n.slots[0][1]; slot++ {
+				if k, err := oc.ClusterCountKeysInSlot(ctx, slot).Result(); err == nil && k == 0 {
+					break
+				}
+			}
+			oc.Close()
+			break
+		}
+	}
+	if owner == nil {
+		return 0, nil, time.Time{}, fmt.Errorf("no master with slots")
+	}
+	for _, p := range c.Nodes {
+		cl := p.Client()
+		err := cl.Do(ctx, "CLUSTER", "DELSLOTS", slot).Err()
+		cl.Close()
+		if err != nil {
+			return slot, owner, time.Time{}, fmt.Errorf("%s: CLUSTER DELSLOTS %d: %w", p.Addr(), slot, err)
+		}
+	}
+	oc := owner.Client()
+	defer oc.Close()
+	err = poll(ctx, func() (bool, error) {
+		info, err := oc.ClusterInfo(ctx).Result()
+		return err == nil && strings.Contains(info, "cluster_state:fail"), err
+	})
+	return slot, owner, time.Now(), err
+}
+
+// Cover gives slot back to owner (CLUSTER ADDSLOTS) and returns when every
+// node says cluster_state:ok again.
+func (c *Cluster) Cover(ctx context.Context, slot int, owner *Proc) (time.Time, error) {
+	oc := owner.Client()
+	err := oc.Do(ctx, "CLUSTER", "ADDSLOTS", slot).Err()
+	oc.Close()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: CLUSTER ADDSLOTS %d: %w", owner.Addr(), slot, err)
+	}
+	for _, p := range c.Nodes {
+		cl := p.Client()
+		err := poll(ctx, func() (bool, error) {
+			info, err := cl.ClusterInfo(ctx).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok"), err
+		})
+		cl.Close()
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%s not ok again: %w", p.Addr(), err)
+		}
+	}
+	return time.Now(), nil
+}

@@ -183,3 +183,21 @@ func StartServer(tb testing.TB, port int) *Proc {
 	p.start(tb)
 	return p
 }
+
+// Pause stops the process (SIGSTOP): it keeps its connections and data
+// but answers nothing, as a frozen or partitioned server. It returns when
+// it was sent.
+func (p *Proc) Pause() time.Time {
+	if pid := p.PID(); pid != 0 {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	return time.Now()
+}
+
+// Resume continues a paused process (SIGCONT).
+func (p *Proc) Resume() time.Time {
+	if pid := p.PID(); pid != 0 {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	return time.Now()
+}
