@@ -57,6 +57,7 @@ type Metrics struct {
 	detection    *prometheus.HistogramVec
 	recovered    *prometheus.CounterVec
 	hostsLost    prometheus.Counter
+	redisFaults  *prometheus.CounterVec
 	sseClients   prometheus.Gauge
 	sseEvents    prometheus.Counter
 	sseDropped   prometheus.Counter
@@ -100,6 +101,9 @@ func New(cfg Config) (*Metrics, error) {
 			[]string{"queue", "reason"}),
 		hostsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_hosts_lost_total",
 			Help: "Hosts this host, as leader, found lost (lease expired)."}),
+		redisFaults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_redis_faults_total",
+			Help: "Times this host's supervisor lost Redis (it then holds its state in memory and judges no heartbeat), by kind: unreachable (no reply), or the refusal Redis answered (READONLY: a replica; CLUSTERDOWN: a slot range without a master; MASTERDOWN, LOADING, OOM, MISCONF, …)."},
+			[]string{"kind"}),
 		sseClients: prometheus.NewGauge(prometheus.GaugeOpts{Name: "vigil_sse_clients",
 			Help: "Event stream (SSE) clients connected to this admin server."}),
 		sseEvents: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_sse_events_total",
@@ -125,7 +129,7 @@ func New(cfg Config) (*Metrics, error) {
 		Help:        "Always 1; labels name the build.",
 		ConstLabels: prometheus.Labels{"version": cmp.Or(cfg.Version, "dev"), "goversion": runtime.Version(), "asynq": queue.AsynqVersion}})
 	build.Set(1)
-	cs := []prometheus.Collector{m.crashes, m.restarts, m.failed, m.detection, m.recovered, m.hostsLost,
+	cs := []prometheus.Collector{m.crashes, m.restarts, m.failed, m.detection, m.recovered, m.hostsLost, m.redisFaults,
 		m.sseClients, m.sseEvents, m.sseDropped, m.alertResults, m.truncated, m.schedFires, m.schedLag, m.scratchDirs, m.scratchBytes, build,
 		processCounters{queue.DefaultMetrics}}
 	if cfg.Store != nil {
@@ -187,6 +191,15 @@ func (m *Metrics) Recovered(queue, reason string, n int) {
 func (m *Metrics) HostLost() {
 	if m != nil {
 		m.hostsLost.Inc()
+	}
+}
+
+// RedisFault counts an outage of Redis as the supervisor saw it begin, by
+// kind: "unreachable", or the first word of the refusal ("READONLY",
+// "CLUSTERDOWN", …).
+func (m *Metrics) RedisFault(kind string) {
+	if m != nil {
+		m.redisFaults.WithLabelValues(kind).Inc()
 	}
 }
 

@@ -45,6 +45,7 @@ type clusterState struct {
 	early        time.Duration        // next tick sooner than a third of a lease
 	refused      map[string]string    // queue → pool size in Redis refused (logged once)
 	left         bool                 // shut down: leases released, no more ticks
+	hostWritten  time.Time            // real time of the last write of this host's record (it expires a lease later)
 }
 
 // joinCluster registers this host (DESIGN.md §11): a live record with this
@@ -176,12 +177,16 @@ func SetDrain(ctx context.Context, store *health.Store, host string, drain bool)
 
 func (s *Supervisor) writeHost(ctx context.Context, slots int) error {
 	hn, _ := os.Hostname()
-	now := s.cfg.Clock.Now()
-	return s.store.WriteHost(ctx, health.Host{
+	now, sent := s.cfg.Clock.Now(), time.Now()
+	err := s.store.WriteHost(ctx, health.Host{
 		ID: s.cfg.Host, Instance: s.cfg.Instance, PID: os.Getpid(), Hostname: hn, Version: s.cfg.Version,
 		Address: s.cfg.Address, Capacity: s.cfg.Capacity, Slots: slots, Draining: s.cluster.draining,
 		Leader: s.cluster.leader, StartedAt: s.cluster.started, SeenAt: now,
 	}, s.cfg.Lease)
+	if err == nil {
+		s.cluster.hostWritten = sent
+	}
+	return err
 }
 
 // hostEvent announces something about this host on its topic.

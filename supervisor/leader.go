@@ -33,6 +33,11 @@ func (s *Supervisor) leaderTick(ctx context.Context, ctl control) error {
 		return nil
 	}
 	now := s.cfg.Clock.Now()
+	// After an outage, a host's record may have expired meanwhile (it was
+	// written a lease before); each host rewrites it at the tick right
+	// after Redis answers it again. No host is judged lost until Redis has
+	// answered this one for a tick's length: the others had theirs.
+	settling := now.Sub(s.redis.answeringSince()) < s.cfg.Lease/3
 	for _, h := range hosts {
 		f := fieldLostPrefix + h.ID
 		// This host is alive whatever its record says: the record expires
@@ -42,6 +47,9 @@ func (s *Supervisor) leaderTick(ctx context.Context, ctl control) error {
 			if _, was := control[f]; was {
 				s.store.Client().HDel(ctx, keys.Control(), f)
 			}
+			continue
+		}
+		if settling {
 			continue
 		}
 		if _, done := control[f]; done {

@@ -3,11 +3,14 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/redisconn"
 )
 
 // probeInterval is how often an unreachable Redis is tried again.
@@ -18,11 +21,23 @@ const probeInterval = 250 * time.Millisecond
 // killed for a heartbeat it could not write), records are kept in memory,
 // and process exits are still handled (those of processes started during
 // the outage not counted).
+//
+// A Redis that answers but refuses the calls (READONLY from a replica,
+// CLUSTERDOWN from a Cluster with a slot range uncovered, …) is an outage
+// too: workers cannot beat either. Its line names the refusal and what it
+// means, and vigil_redis_faults_total counts it by kind.
 func (s *Supervisor) redisFailed(err error) {
 	if !s.redis.lost() {
 		return
 	}
-	s.log.Error("redis unreachable: holding state in memory, judging no heartbeats", "err", err)
+	kind := faultKind(err)
+	s.cfg.Metrics.RedisFault(kind)
+	if kind == kindUnreachable {
+		s.log.Error("redis unreachable: holding state in memory, judging no heartbeats", "redis", redisconn.Addr(s.store.Client()), "err", err)
+	} else {
+		s.log.Error("redis refuses the supervisor's calls ("+kind+"): holding state in memory, judging no heartbeats",
+			"kind", kind, "why", refusalWhy[kind], "redis", redisconn.Addr(s.store.Client()), "err", err)
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -30,7 +45,42 @@ func (s *Supervisor) redisFailed(err error) {
 	}()
 }
 
-// probeRedis pings until Redis answers, then tells the monitor.
+// kindUnreachable is the fault kind of a call that got no reply.
+const kindUnreachable = "unreachable"
+
+// refusalWhy are the error replies of a Redis that answers but refuses
+// commands for a while, and what each means for an operator.
+var refusalWhy = map[string]string{
+	"READONLY":    "Redis answers as a replica: the address names a replica, not the master (after a failover, use Sentinel: redis-sentinel://)",
+	"CLUSTERDOWN": "a slot range of the Redis Cluster has no master (a master and its replicas down, or slots not assigned)",
+	"MASTERDOWN":  "the replica lost its link to its master",
+	"TRYAGAIN":    "the Cluster is moving the keys' slot",
+	"LOADING":     "Redis is loading its data set",
+	"OOM":         "Redis is out of memory (maxmemory with noeviction)",
+	"MISCONF":     "Redis cannot save its snapshot and refuses writes",
+	"NOREPLICAS":  "fewer replicas than min-replicas-to-write answer",
+	"BUSY":        "a script or function runs for too long",
+}
+
+// faultKind names a failed call's fault: the refusal Redis answered
+// ("READONLY", "CLUSTERDOWN", …; also inside a script's error), or
+// unreachable.
+func faultKind(err error) string {
+	msg := err.Error()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg = rerr.Error()
+	}
+	for _, f := range strings.Fields(msg) {
+		if _, ok := refusalWhy[strings.TrimPrefix(f, "-")]; ok {
+			return strings.TrimPrefix(f, "-")
+		}
+	}
+	return kindUnreachable
+}
+
+// probeRedis tries Redis until it answers and takes a write, then tells
+// the monitor.
 func (s *Supervisor) probeRedis() {
 	for {
 		select {
@@ -40,6 +90,9 @@ func (s *Supervisor) probeRedis() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
 		err := pingAll(ctx, s.store.Client())
+		if err == nil {
+			err = s.probeWrite(ctx)
+		}
 		cancel()
 		if err == nil {
 			select {
@@ -49,6 +102,32 @@ func (s *Supervisor) probeRedis() {
 			return
 		}
 	}
+}
+
+// probeWrite writes a short-lived key in this host's slot: a PING is
+// answered by a replica (READONLY to every write) and by a Cluster with a
+// slot range uncovered (CLUSTERDOWN to every command with a key), and
+// Redis was declared back at each probe, lost again at the next write, over
+// and over, the heartbeats' grace counting from each false return.
+//
+// On a Cluster the nodes learn that every slot is served again one after
+// the other (by gossip): every master must say cluster_state:ok, or a
+// call to another shard is refused again right after the return.
+func (s *Supervisor) probeWrite(ctx context.Context) error {
+	c := s.store.Client()
+	if err := c.Set(ctx, s.store.Keys().Prefix+"probe:{"+s.cfg.Host+"}", s.cfg.Instance, time.Second).Err(); err != nil {
+		return err
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			info, err := n.ClusterInfo(ctx).Result()
+			if err == nil && !strings.Contains(info, "cluster_state:ok") {
+				err = fmt.Errorf("CLUSTERDOWN %s does not say cluster_state:ok", n.Options().Addr)
+			}
+			return err
+		})
+	}
+	return nil
 }
 
 // pingAll pings Redis: on a Cluster, every master of the slot map, read
@@ -78,6 +157,13 @@ func (s *Supervisor) onRedisUp() {
 		w.uncounted = 0
 	}
 	s.rewriteState("redis reachable again")
+	// A tick at once: this host's record and leases, not written during
+	// the outage, are renewed before they expire (a lease after their last
+	// write), not up to a third of a lease later.
+	select {
+	case s.ticks <- struct{}{}:
+	default:
+	}
 }
 
 // dataLost answers Redis having lost its data with no failed call seen

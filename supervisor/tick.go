@@ -67,7 +67,13 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 		return err
 	}
 	// 3. Our own record gone although no call failed: Redis lost its data.
-	if !first && !listed(ctl.hosts, s.cfg.Host) {
+	// Unless it expired: not written for a lease, Redis refusing or not
+	// answering meanwhile (the tick right after an outage rewrites it, but
+	// an outage that began a tick after the last write and lasted two
+	// thirds of a lease outlives it).
+	if !first && !listed(ctl.hosts, s.cfg.Host) && time.Since(s.cluster.hostWritten) >= s.cfg.Lease {
+		s.log.Info("this host's record expired while Redis did not take it; writing it again")
+	} else if !first && !listed(ctl.hosts, s.cfg.Host) {
 		s.log.Warn("this host's record is gone from Redis: it lost its data; writing the state again")
 		s.cluster.scanNext = true // the free set went with the rest
 		s.dataLost("state written again after Redis lost its data")
