@@ -51,7 +51,7 @@ RUNS    ?= 1
 ONLY    ?=
 OUT     ?=
 DURABLE ?= 0
-test-failover: cgo-check ## the failover suite: Sentinel and Cluster-with-replicas failovers under load (RUNS=1 per scenario, ONLY=sentinel/kill,cluster,durable,sentinel-start picks scenarios and tests (and skips the harness's own tests), OUT=file.jsonl keeps the figures, LOGS=dir keeps the hosts' logs, DURABLE=1 runs the hosts with durable_enqueue replicas 1; ~25 s a run)
+test-failover: cgo-check ## the failover suite: Sentinel and Cluster-with-replicas failovers under load (RUNS=1 per scenario, ONLY=sentinel/kill,cluster,durable,sentinel-start,fault/ picks scenarios and tests (and skips the harness's own tests), OUT=file.jsonl keeps the figures, LOGS=dir keeps the hosts' logs, DURABLE=1 runs the hosts with durable_enqueue replicas 1; ~25 s a run)
 	@$(MAKE) redis-server-check
 	VIGIL_FAILOVER=1 VIGIL_FAILOVER_RUNS=$(RUNS) VIGIL_FAILOVER_ONLY=$(ONLY) VIGIL_FAILOVER_DURABLE=$(DURABLE) VIGIL_FAILOVER_OUT=$(abspath $(or $(OUT),/dev/null)) VIGIL_FAILOVER_LOGS=$(if $(LOGS),$(abspath $(LOGS))) \
 		$(GO) test -race -count=1 -p 1 -timeout 90m -v $(if $(ONLY),,./internal/testtopo/) ./failover/ 2>&1 | \

@@ -63,6 +63,9 @@ type scenario struct {
 	// injected; it must exit 0 within stop_timeout + 2 s, its workers
 	// finishing or handing back their jobs.
 	stopHost bool
+	// check, if set, judges what is particular to the fault (its log
+	// line, its metric), on the hosts before their graceful stops.
+	check func(t *testing.T, hosts []*host)
 }
 
 var scenarios = []scenario{
@@ -154,6 +157,8 @@ var watched = map[string]string{
 	"lease_lost":  "slot lease lost",
 	"hb_expired":  "heartbeat expired",
 	"held":        "failover of the master under way",
+	"readonly":    "READONLY",
+	"clusterdown": "CLUSTERDOWN",
 }
 
 // durable is envDurable's number of replicas (0: off).
@@ -376,6 +381,9 @@ func runScenario(t *testing.T, sc scenario, run int) {
 		for k, s := range watched {
 			res.LogLines[k] += h.count(s)
 		}
+	}
+	if sc.check != nil {
+		sc.check(t, hosts)
 	}
 	for _, h := range hosts {
 		h.stop(15 * time.Second)
