@@ -87,9 +87,12 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 	if err != nil {
 		return p, err
 	}
-	alive := make(map[string]bool, len(ctl.hosts))
+	// The leases a scan watches expire: those of hosts gone, or whose
+	// record missed a renewal (a live host renews its leases just before
+	// its record, every tick).
+	watched := make(map[string]bool, len(ctl.hosts))
 	for _, h := range ctl.hosts {
-		alive[h.ID] = h.Alive
+		watched[h.ID] = !h.Alive || h.TTL > 0 && h.TTL < s.cfg.Lease/2
 	}
 	var free, foreign []int
 	for i, h := range holders {
@@ -97,11 +100,11 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 		case h == "" || (h != s.cluster.me && strings.HasPrefix(h, s.cluster.takeover)):
 			free = append(free, i)
 		case h != s.cluster.me:
-			foreign = append(foreign, i)
 			if !scan {
 				gone = append(gone, cand[i])
-			} else if !alive[health.LeaseHost(h)] {
-				s.cluster.scanNext = true // its holder is gone: watch it expire
+			} else if w, known := watched[health.LeaseHost(h)]; w || !known {
+				foreign = append(foreign, i)
+				s.cluster.scanNext = true // watch it expire
 			}
 		}
 	}
