@@ -1,7 +1,6 @@
 package alert
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/testlog"
 )
 
 // receiver is a local webhook: it answers each request with the next
@@ -69,17 +70,9 @@ func (r *receiver) next(t *testing.T) request {
 	}
 }
 
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *logBuf) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
-func newWebhook(t *testing.T, cfg Config) (*Webhook, *logBuf) {
+func newWebhook(t *testing.T, cfg Config) (*Webhook, *testlog.Buffer) {
 	t.Helper()
-	logs := &logBuf{}
+	logs := &testlog.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	cfg.Backoff = max(cfg.Backoff, time.Millisecond)
 	w, err := New(cfg)

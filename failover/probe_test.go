@@ -2,17 +2,16 @@ package failover_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/internal/testtopo"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -34,7 +33,7 @@ func TestClusterFailoverRedisBackOnce(t *testing.T) {
 	}
 	defer rdb.Close()
 	store := health.NewStore(rdb, "vigil:", 0)
-	var logs lockedBuf
+	var logs testlog.Buffer
 	sup, err := supervisor.New(supervisor.Config{
 		Host: "p", RedisURL: c.URL, Prefix: "vigil:",
 		Lease: 900 * time.Millisecond, OpTimeout: 300 * time.Millisecond,
@@ -105,22 +104,4 @@ func logTimes(t *testing.T, log, msg string) []time.Time {
 		}
 	}
 	return out
-}
-
-// lockedBuf is a log sink safe for the supervisor's goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

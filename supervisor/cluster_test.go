@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -361,7 +362,7 @@ func startHostProcess(t *testing.T, env *testredis.Env, host string, n int, leas
 	t.Helper()
 	cmd := exec.Command(testSupervisor, append([]string{"-redis", env.URL, "-prefix", env.Prefix, "-worker", testWorker,
 		"-workers", strconv.Itoa(n), "-host", host, "-lease", lease.String(), "-cluster"}, args...)...)
-	var stderr syncBuf
+	var stderr testlog.Buffer
 	cmd.Stderr = &stderr
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -371,11 +372,11 @@ func startHostProcess(t *testing.T, env *testredis.Env, host string, n int, leas
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("host %s's log:\n%s", host, stderr.b.String())
+			t.Logf("host %s's log:\n%s", host, stderr.String())
 		}
 	})
 	if line, _ := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "started" {
-		t.Fatalf("host %s did not start: %q\n%s", host, line, stderr.b.String())
+		t.Fatalf("host %s did not start: %q\n%s", host, line, stderr.String())
 	}
 	return cmd
 }

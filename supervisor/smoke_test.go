@@ -1,35 +1,23 @@
 package supervisor_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/policy"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 func TestSmokeKillRestart(t *testing.T) {
 	env := testredis.New(t)
 	store := health.NewStore(env.Client, env.Prefix, 0)
-	var logs syncBuf
+	var logs testlog.Buffer
 	sup, err := supervisor.New(supervisor.Config{
 		Host: "h1", RedisURL: env.URL, Prefix: env.Prefix,
 		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
@@ -59,6 +47,6 @@ func TestSmokeKillRestart(t *testing.T) {
 	}
 	c3, _ := store.Get(ctx, id)
 	if c3.Status != health.StatusStopped || c3.Reason != "host shutdown" || c3.ExitCode != 0 {
-		t.Fatalf("after stop: %+v\n%s", c3, logs.b.String())
+		t.Fatalf("after stop: %+v\n%s", c3, logs.String())
 	}
 }
