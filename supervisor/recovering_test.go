@@ -13,6 +13,22 @@ import (
 var recoverBeat = supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: 500 * time.Millisecond,
 	RecoverMin: 100 * time.Millisecond, RecoverMax: 3 * time.Second}
 
+// startRecovering supervises one worker of queue q running the test
+// worker's mode (recover, recover-beat) with a window, beating as
+// recoverBeat says, and returns its id and a reader of its events (opened
+// before it starts).
+func startRecovering(t *testing.T, mode string, window time.Duration) (health.ComponentID, *eventReader) {
+	t.Helper()
+	h := newHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, mode, window.String()}}},
+		Heartbeat: recoverBeat,
+		Policy:    longBackoff,
+	})
+	ev := newEventReader(t, h.store)
+	h.start()
+	return health.ComponentID{Queue: "q"}, ev
+}
+
 // A worker that opens a recovering window longer than its TTL and then
 // stops beating is not killed inside the window: the monitor re-arms at
 // the key's new expiry. Past the window it is a hang like any other, a
@@ -20,14 +36,7 @@ var recoverBeat = supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: 50
 func TestRecoveringWindowOutlivesTTLThenExpiryIsACrash(t *testing.T) {
 	t.Parallel()
 	const window = 2 * time.Second
-	h := newHarness(t, supervisor.Config{
-		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "recover", window.String()}}},
-		Heartbeat: recoverBeat,
-		Policy:    longBackoff,
-	})
-	id := health.ComponentID{Queue: "q"}
-	ev := newEventReader(t, h.store)
-	h.start()
+	id, ev := startRecovering(t, "recover", window)
 	seq := ev.waitSequence(id, isView(health.StatusRecovering), isView(health.StatusCrashed))
 	rec, crashed := seq[0], seq[1]
 	if rec.Reason != "loading" || rec.RecoveringUntil == 0 {
@@ -55,14 +64,7 @@ func TestRecoveringWindowOutlivesTTLThenExpiryIsACrash(t *testing.T) {
 func TestRecoveringEndsAtNextBeat(t *testing.T) {
 	t.Parallel()
 	const window = time.Second
-	h := newHarness(t, supervisor.Config{
-		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "recover-beat", window.String()}}},
-		Heartbeat: recoverBeat,
-		Policy:    longBackoff,
-	})
-	id := health.ComponentID{Queue: "q"}
-	ev := newEventReader(t, h.store)
-	h.start()
+	id, ev := startRecovering(t, "recover-beat", window)
 	// Both may come in one read of the stream: one reader, in order.
 	seq := ev.waitSequence(id, isView(health.StatusRecovering), isView(health.StatusHealthy))
 	rec, back := seq[0], seq[1]
