@@ -32,6 +32,12 @@ run: ## run the demo: embedded Redis, three pools of demo workers
 test: cgo-check ## run the default test suite under -race (miniredis, no infrastructure)
 	env -u VIGIL_TEST_REDIS_URL -u VIGIL_CHAOS $(GO) test -race -count=1 ./...
 
+# The packages whose tests change with a real Redis: those that take one
+# from internal/testredis or read VIGIL_TEST_REDIS_URL. The others (and the
+# explorer, the browser and failover suites, which start their own Redis)
+# would only run again what make test ran.
+REDIS_PKGS = $(shell grep -rlE 'testredis\.|VIGIL_TEST_REDIS_URL' --include='*_test.go' . | xargs -n1 dirname | sort -u | grep -vE '^\./(explore|e2e|failover)(/|$$)')
+
 test-redis: cgo-check ## run the suite against a real Redis (needs VIGIL_TEST_REDIS_URL)
 	@if [ -z "$${VIGIL_TEST_REDIS_URL:-}" ]; then \
 		echo "make test-redis: VIGIL_TEST_REDIS_URL is not set; name a Redis the tests may write to, e.g." >&2; \
@@ -41,7 +47,7 @@ test-redis: cgo-check ## run the suite against a real Redis (needs VIGIL_TEST_RE
 	fi
 	@$(MAKE) redis-server-check
 	@echo "test-redis: using $$VIGIL_TEST_REDIS_URL"
-	VIGIL_TEST_REDIS_URL="$$VIGIL_TEST_REDIS_URL" env -u VIGIL_CHAOS $(GO) test -race -count=1 -p 1 ./...
+	VIGIL_TEST_REDIS_URL="$$VIGIL_TEST_REDIS_URL" env -u VIGIL_CHAOS $(GO) test -race -count=1 -p 1 $(REDIS_PKGS)
 
 # The failover suite (failover/, RELIABILITY.md "Redis failover") starts
 # real topologies from redis-server binaries on ports 6431-6459: a
