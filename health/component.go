@@ -24,6 +24,14 @@ const (
 	FieldSignal        = "signal"
 	FieldUpdatedAt     = "updated_at"
 	FieldCurrentJob    = "current_job"
+	// FieldCurrentSeq numbers the worker's changes of current_job within
+	// its process (1, 2, …), written with it: the higher is the newer.
+	FieldCurrentSeq = "current_seq"
+	// FieldRev is the record's revision: every write of the record but a
+	// worker's current_job sets it to max(rev+1, now in ms × 1000), in the
+	// script that writes the record. A view with a lower rev is older, even
+	// across a record re-created after Redis lost it.
+	FieldRev = "rev"
 	// FieldRecoveringUntil is when a recovering window ends (Unix ms),
 	// written by the heartbeat script with the status recovering.
 	FieldRecoveringUntil = "recovering_until"
@@ -61,6 +69,10 @@ type Component struct {
 	Signal     string
 	UpdatedAt  time.Time
 	CurrentJob string
+	// CurrentSeq numbers CurrentJob's changes within the process (the
+	// higher is the newer); Rev is the record's revision (FieldRev).
+	CurrentSeq int64
+	Rev        int64
 	// RecoveringUntil is when the window of a recovering worker ends.
 	RecoveringUntil time.Time
 	CreatedAt       time.Time // first registration
@@ -106,6 +118,8 @@ func componentFromHash(id ComponentID, h, r map[string]string, crashes []float64
 		Restarts:        restartsFromHash(r, crashes),
 	}
 	c.PID, _ = strconv.Atoi(h[FieldPID])
+	c.CurrentSeq, _ = strconv.ParseInt(h[FieldCurrentSeq], 10, 64)
+	c.Rev, _ = strconv.ParseInt(h[FieldRev], 10, 64)
 	if v, ok := h[FieldExitCode]; ok && v != "" {
 		if n, err := strconv.Atoi(v); err == nil {
 			c.ExitCode, c.HasExit = n, true

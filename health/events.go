@@ -50,6 +50,8 @@ type WorkerView struct {
 	Host             string  `json:"host,omitempty"`
 	PID              int     `json:"pid,omitempty"`
 	CurrentJob       string  `json:"current_job,omitempty"`
+	CurrentSeq       int64   `json:"current_seq,omitempty"`
+	Rev              int64   `json:"rev,omitempty"`
 	ExitCode         *int    `json:"exit_code,omitempty"`
 	Signal           string  `json:"signal,omitempty"`
 	RestartCount     int     `json:"restart_count"`
@@ -95,6 +97,8 @@ func (c Component) View() WorkerView {
 		Host:             c.Host,
 		PID:              c.PID,
 		CurrentJob:       c.CurrentJob,
+		CurrentSeq:       c.CurrentSeq,
+		Rev:              c.Rev,
 		Signal:           c.Signal,
 		RestartCount:     c.Restarts.RestartCount,
 		LifetimeRestarts: c.Restarts.LifetimeRestarts,

@@ -23,6 +23,27 @@ if owner ~= '' then
 end
 `
 
+// bumpRev is the revision step of every script that writes a record
+// (FieldRev): rev becomes max(rev+1, now×1000), now in Unix ms, so that it
+// grows with every write and a record re-created from nothing (Redis lost
+// it, or a removed slot grown back) starts above the one it replaces. It
+// returns the new rev as a string (a Lua number would print as 1.79e+15).
+// KEYS[1] is the component hash.
+const bumpRev = `
+local function bump_rev(now)
+  local r = tonumber(redis.call('HGET', KEYS[1], 'rev') or '') or 0
+  local t = (tonumber(now or '') or 0) * 1000
+  if t > r then r = t else r = r + 1 end
+  local s = string.format('%.0f', r)
+  redis.call('HSET', KEYS[1], 'rev', s)
+  return s
+end
+local function worker_fields()
+  local f = redis.call('HMGET', KEYS[1], 'rev', 'current_job', 'current_seq')
+  return f[1] or '', f[2] or '', f[3] or ''
+end
+`
+
 // writeScript stores a component's record and restart history in one atomic
 // step, after checking that the writer owns the slot (ownerCheck) and that
 // the stored status may change as asked.
@@ -33,9 +54,11 @@ end
 // [state…] or absent (no status check), set: {field: value}, del:
 // [field…], restarts: {field: value} or absent, crashes: [[score,
 // member]…] (replaces the window when restarts is present), del_hb: bool}.
-// Returns {1, previous state} on success, {0, current state} when the
-// status machine refuses, {-1, lease holder} when the writer is not the
-// owner.
+// Returns {1, previous state, rev, current_job, current_seq} on success
+// (the record's, after the write: the event of the write carries them),
+// {0, current state} when the status machine refuses, {-1, lease holder}
+// when the writer is not the owner. A write sets rev (bumpRev, now being
+// set.updated_at).
 //
 // A write the status machine would refuse but that finds the record
 // already as it would leave it (every field it sets equal, every field it
@@ -44,7 +67,7 @@ end
 // finds when the reply of the first attempt was lost (go-redis retries a
 // script whose connection closed); refusing it left a claimed slot
 // starting with no process (fault explorer, E5).
-var writeScript = redis.NewScript(`
+var writeScript = redis.NewScript(bumpRev + `
 local a = cjson.decode(ARGV[1])
 local owner = a.owner or ''
 ` + ownerCheck + `
@@ -65,7 +88,10 @@ if a.from then
         if redis.call('HEXISTS', KEYS[1], f) == 1 then same = false break end
       end
     end
-    if same then return {1, tok} end
+    if same then
+      local rev, cj, cs = worker_fields()
+      return {1, tok, rev, cj, cs}
+    end
     return {0, tok}
   end
 end
@@ -84,7 +110,9 @@ if a.restarts then
   if a.crashes then for _, c in ipairs(a.crashes) do redis.call('ZADD', KEYS[4], c[1], c[2]) end end
 end
 if a.del_hb then redis.call('DEL', KEYS[5]) end
-return {1, tok}
+bump_rev(a.set.updated_at)
+local rev, cj, cs = worker_fields()
+return {1, tok, rev, cj, cs}
 `)
 
 // heartbeatScript is the worker's heartbeat (DESIGN.md §4.2), one round trip.
@@ -112,6 +140,8 @@ return {1, tok}
 // the key as ever: it expires at the window's end unless beaten, and a key
 // gone is a hang. The next ordinary beat makes the worker healthy again. A
 // stopping worker's recover_for is an ordinary beat.
+//
+// Every beat that writes sets the record's rev (bumpRev).
 var heartbeatScript = redis.NewScript(`
 local pid = redis.call('HGET', KEYS[2], 'pid')
 local st = redis.call('HGET', KEYS[2], 'status')
@@ -134,6 +164,10 @@ else
 end
 local now = ARGV[2]
 redis.call('SET', KEYS[1], now, 'PX', px)
+local r = tonumber(redis.call('HGET', KEYS[2], 'rev') or '') or 0
+local t = (tonumber(now) or 0) * 1000
+if t > r then r = t else r = r + 1 end
+redis.call('HSET', KEYS[2], 'rev', string.format('%.0f', r))
 local ver = ARGV[12] or ''
 if ver ~= '' and redis.call('HGET', KEYS[2], 'version') ~= ver then redis.call('HSET', KEYS[2], 'version', string.sub(ver, 1, 100)) end
 local status = 'healthy'
@@ -171,15 +205,18 @@ return {0, st}
 // record, if the writer owns the slot (ownerCheck) and the record names no
 // other process.
 // KEYS: component hash, slot lease. ARGV: pid, owner (lease value, empty
-// for no owner check).
-// Returns {1, ""} recorded, {0, pid} the record names another pid, {-1,
-// holder} not the owner, {-2, ""} no record (Redis lost its data).
-var setPIDScript = redis.NewScript(`
+// for no owner check), now (Unix ms, for the rev; absent: rev+1).
+// Returns {1, "", rev, current_job, current_seq} recorded, {0, pid} the
+// record names another pid, {-1, holder} not the owner, {-2, ""} no record
+// (Redis lost its data).
+var setPIDScript = redis.NewScript(bumpRev + `
 local owner = ARGV[2]
 ` + ownerCheck + `
 if not redis.call('HGET', KEYS[1], 'status') then return {-2, ''} end
 local cur = redis.call('HGET', KEYS[1], 'pid')
 if cur and cur ~= ARGV[1] then return {0, cur} end
 redis.call('HSET', KEYS[1], 'pid', ARGV[1])
-return {1, ''}
+bump_rev(ARGV[3])
+local rev, cj, cs = worker_fields()
+return {1, '', rev, cj, cs}
 `)

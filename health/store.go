@@ -95,7 +95,8 @@ type writeArgs struct {
 }
 
 // recordFields are the component fields the supervisor owns and writes whole;
-// last_heartbeat and current_job belong to the worker.
+// last_heartbeat, current_job and current_seq belong to the worker, rev to
+// the scripts.
 func recordFields(c Component) (set map[string]string, del []string) {
 	set = map[string]string{
 		FieldStatus:    string(c.Status),
@@ -126,7 +127,7 @@ func recordFields(c Component) (set map[string]string, del []string) {
 	// and any status the supervisor writes ends it.
 	del = append(del, FieldRecoveringUntil)
 	if c.Status == StatusStarting {
-		del = append(del, FieldHealthySince, FieldLastHeartbeat, FieldCurrentJob, FieldVersion)
+		del = append(del, FieldHealthySince, FieldLastHeartbeat, FieldCurrentJob, FieldCurrentSeq, FieldVersion)
 	} else if !c.HealthySince.IsZero() {
 		set[FieldHealthySince] = ms(c.HealthySince)
 	}
@@ -166,7 +167,7 @@ func (s *Store) Write(ctx context.Context, c Component, w Write) (prev Status, e
 	if err != nil {
 		return "", fmt.Errorf("write %s: %w", id, err)
 	}
-	if len(out) != 2 {
+	if len(out) < 2 {
 		return "", fmt.Errorf("write %s: unexpected reply %v", id, out)
 	}
 	tok, _ := out[1].(string)
@@ -180,6 +181,9 @@ func (s *Store) Write(ctx context.Context, c Component, w Write) (prev Status, e
 	if !w.Index && w.NoEvent {
 		return prev, nil
 	}
+	// The event shows the record as the write left it: the worker's
+	// current job (not the writer's idea of it) and the revision.
+	workerFields(&c, out[2:])
 	pipe := s.rdb.Pipeline()
 	if w.Index {
 		pipe.SAdd(ctx, s.keys.Components(), id.String())
@@ -196,6 +200,21 @@ func (s *Store) Write(ctx context.Context, c Component, w Write) (prev Status, e
 		return prev, fmt.Errorf("write %s: record written, event or index not: %w", id, err)
 	}
 	return prev, nil
+}
+
+// workerFields sets c's rev, current_job and current_seq from a write
+// script's reply (its elements after the second).
+func workerFields(c *Component, f []any) {
+	str := func(i int) string {
+		if i < len(f) {
+			s, _ := f[i].(string)
+			return s
+		}
+		return ""
+	}
+	c.Rev, _ = strconv.ParseInt(str(0), 10, 64)
+	c.CurrentJob = str(1)
+	c.CurrentSeq, _ = strconv.ParseInt(str(2), 10, 64)
 }
 
 // refuse is Write's answer to a change no stored state allows; it reads the
@@ -285,17 +304,18 @@ func (s *Store) AddEvent(ctx context.Context, e Event) (string, error) {
 // ErrNotFound when there is no record (Redis lost its data): in each case
 // nothing is written.
 func (s *Store) SetPID(ctx context.Context, c Component, owner string) error {
-	out, err := setPIDScript.Run(ctx, s.rdb, []string{s.keys.Component(c.ID), s.keys.Slot(c.ID)}, c.PID, owner).Slice()
+	out, err := setPIDScript.Run(ctx, s.rdb, []string{s.keys.Component(c.ID), s.keys.Slot(c.ID)}, c.PID, owner, ms(c.UpdatedAt)).Slice()
 	if err != nil {
 		return fmt.Errorf("record pid of %s: %w", c.ID, err)
 	}
-	if len(out) != 2 {
+	if len(out) < 2 {
 		return fmt.Errorf("record pid of %s: unexpected reply %v", c.ID, out)
 	}
 	n, _ := out[0].(int64)
 	v, _ := out[1].(string)
 	switch n {
 	case 1:
+		workerFields(&c, out[2:])
 	case -1:
 		return &OwnerError{Component: c.ID, Writer: owner, Holder: v}
 	case -2:
@@ -432,4 +452,14 @@ func (s *Store) ProbeMany(ctx context.Context, ids []ComponentID) ([]Probe, erro
 func ValidHeartbeat(v string) bool {
 	n, err := strconv.ParseInt(v, 10, 64)
 	return err == nil && n > 0
+}
+
+// SetCurrentJobTo queues on pipe a worker's write of its current job (""
+// when idle) with the change's number within its process (1, 2, …): one
+// HSET, the only record write that leaves rev alone. The job event the
+// change rides with says the same (queue.JobEvent's worker_job and
+// worker_seq), and the event broker turns that into the worker's
+// worker_update.
+func (s *Store) SetCurrentJobTo(ctx context.Context, pipe redis.Pipeliner, id ComponentID, job string, seq int64) {
+	pipe.HSet(ctx, s.keys.Component(id), FieldCurrentJob, job, FieldCurrentSeq, strconv.FormatInt(seq, 10))
 }

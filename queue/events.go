@@ -85,6 +85,13 @@ type JobEvent struct {
 	PID       int    `json:"pid,omitempty"`
 	// ProcessAt is when a created task becomes due (Unix ms).
 	ProcessAt int64 `json:"process_at,omitempty"`
+	// WorkerJob and WorkerSeq are set (WorkerSeq > 0) on the event of a
+	// start or end that changed its worker's current_job: the worker's
+	// current job after it ("" idle) and the change's number within the
+	// worker's process (its record's current_seq). The event broker turns
+	// them into the worker's worker_update.
+	WorkerJob string `json:"worker_job,omitempty"`
+	WorkerSeq int64  `json:"worker_seq,omitempty"`
 }
 
 // jobEvents queues e, at t, on pipe: once on the job's topic and once on

@@ -13,7 +13,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/vigil-dev/vigil/health"
 )
 
 // process is the handler asynq calls for every task: the middleware of
@@ -138,11 +137,15 @@ func (w *worker) begin(ctx context.Context, j *job) {
 	octx, cancel := opCtx(ctx)
 	defer cancel()
 	sent := make(chan struct{})
-	w.current.change(j.id, true, func(current string) {
+	w.current.change(j.id, true, func(cur currentChange) {
+		ev := w.event(j, StateProcessing)
+		cur.mark(&ev)
 		w.batch.add(writeReq{what: "processing", task: j.id, sent: sent, fill: func(ctx context.Context, pipe redis.Pipeliner) {
 			pipe.HSet(ctx, w.store.Keys().Running(w.id), j.id, runningValue(w.pid, j.start))
-			pipe.HSet(ctx, w.store.Keys().Component(w.id), health.FieldCurrentJob, current)
-			jobEvents(ctx, w.store, pipe, j.start, w.event(j, StateProcessing))
+			if cur.changed {
+				w.store.SetCurrentJobTo(ctx, pipe, w.id, cur.job, cur.seq)
+			}
+			jobEvents(ctx, w.store, pipe, j.start, ev)
 		}})
 	})
 	select {
@@ -259,13 +262,12 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 		ev.ScratchDir, ev.ScratchBytes = scratch, size
 	}
 	keys := w.store.Keys()
-	w.current.change(j.id, false, func(current string) {
+	w.current.change(j.id, false, func(cur currentChange) {
+		cur.mark(&ev)
 		w.write(ctx, j, string(ev.State), func(ctx context.Context, pipe redis.Pipeliner) {
 			pipe.HDel(ctx, keys.Running(w.id), j.id)
-			if current == "" {
-				pipe.HDel(ctx, keys.Component(w.id), health.FieldCurrentJob)
-			} else {
-				pipe.HSet(ctx, keys.Component(w.id), health.FieldCurrentJob, current)
+			if cur.changed {
+				w.store.SetCurrentJobTo(ctx, pipe, w.id, cur.job, cur.seq)
 			}
 			if ok && j.crashes > 0 {
 				pipe.Del(ctx, keys.JobCrashes(w.q, j.id), keys.JobSoloCrashes(w.q, j.id))
@@ -381,12 +383,30 @@ func (w *worker) averages(ctx context.Context) {
 type currentJobs struct {
 	mu  sync.Mutex
 	ids []string
+	job string // the current job as last written
+	seq int64  // changes of job so far (the record's current_seq)
+}
+
+// currentChange is what one start or end did to the current job.
+type currentChange struct {
+	job     string // the current job after it ("" idle)
+	seq     int64  // the change's number, if changed
+	changed bool
+}
+
+// mark tells the job event of a change that it changed its worker's
+// current job: the event broker makes the worker's worker_update of it
+// (issue 20, live current job), with no write of its own.
+func (c currentChange) mark(ev *JobEvent) {
+	if c.changed {
+		ev.WorkerJob, ev.WorkerSeq = c.job, c.seq
+	}
 }
 
 // change adds (start) or removes id and, under the same lock, calls queue
-// with the current job ("" when idle): writes are queued in the order the
-// changes were made.
-func (c *currentJobs) change(id string, start bool, queue func(current string)) {
+// with what that did to the current job: writes are queued in the order
+// the changes were made, each change numbered.
+func (c *currentJobs) change(id string, start bool, queue func(currentChange)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if start {
@@ -398,5 +418,11 @@ func (c *currentJobs) change(id string, start bool, queue func(current string)) 
 	if len(c.ids) > 0 {
 		current = c.ids[len(c.ids)-1]
 	}
-	queue(current)
+	ch := currentChange{job: current}
+	if current != c.job {
+		c.seq++
+		c.job = current
+		ch.seq, ch.changed = c.seq, true
+	}
+	queue(ch)
 }

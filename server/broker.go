@@ -127,6 +127,9 @@ type broker struct {
 	// readerID is the CLIENT ID of the reader's connection (0: unknown).
 	readerID int64
 	stats    brokerStats
+	// views make the live worker_updates of current-job changes (reader
+	// goroutine only).
+	views *workerViews
 	// metrics counts clients, entries and lag drops (nil: not counted).
 	metrics *metrics.Metrics
 }
@@ -159,7 +162,7 @@ func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.C
 		cfg: cfg, store: store, log: log, clock: clk, snapshot: snapshot, onEntry: onEntry,
 		sse: s, ready: make(chan struct{}),
 		groups: map[string]*group{}, clients: map[string]*client{}, catching: map[*client]struct{}{},
-		perAddr: map[string]int{}, fresh: map[string]*group{},
+		perAddr: map[string]int{}, fresh: map[string]*group{}, views: newWorkerViews(store, log),
 	}
 	s.OnSubscribe = b.subscribed
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -365,6 +368,10 @@ type entry struct {
 	topic string
 	typ   string
 	ev    *sse.Event
+	// derived: not an entry of the stream but a worker_update the broker
+	// made of the job event before it (workerViews), with its id. drop: a
+	// stream entry sent to no one (a worker_update older than one sent).
+	derived, drop bool
 }
 
 // toEntry turns a stream entry into the SSE message every matching client
@@ -406,33 +413,46 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 	}
 	b.mu.Unlock()
 	entries := make([]entry, len(msgs))
-	matched := make([][]string, len(msgs))
 	for i, m := range msgs {
 		if e, ok := toEntry(m); ok {
-			entries[i], matched[i] = e, b.snap.match(e.topic)
+			entries[i] = e
+		} else {
+			entries[i].id, _ = parseStreamID(m.ID) // skipped, but read
+		}
+	}
+	entries = b.views.apply(b.ctx, entries)
+	matched := make([][]string, len(entries))
+	for i, e := range entries {
+		if e.ev != nil && !e.drop {
+			matched[i] = b.snap.match(e.topic)
 		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, e := range entries {
 		if e.ev == nil {
-			if id, ok := parseStreamID(msgs[i].ID); ok && id.cmp(b.pos) > 0 {
-				b.pos = id
+			if e.id.cmp(b.pos) > 0 {
+				b.pos = e.id
 			}
 			continue
 		}
-		b.stats.Entries++
-		b.seq++
-		b.metrics.SSEEvents(1)
+		if !e.derived {
+			b.stats.Entries++
+			b.seq++
+			b.metrics.SSEEvents(1)
+		}
 		for _, k := range matched[i] {
 			if g := b.groups[k]; g != nil {
 				b.publishTo(g, e)
 			}
 		}
 		for k, g := range b.fresh {
-			if _, seen := b.snap.keys[k]; !seen && b.groups[k] == g && g.sub.match(e.topic) {
+			if _, seen := b.snap.keys[k]; !seen && !e.drop && b.groups[k] == g && g.sub.match(e.topic) {
 				b.publishTo(g, e)
 			}
+		}
+		if e.derived {
+			continue
 		}
 		b.pos = e.id
 		for c := range b.catching {

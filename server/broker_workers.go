@@ -1,0 +1,248 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/r3labs/sse/v2"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// workerViews is the broker's view of each worker, so that a worker's
+// current job is live (issue 20): a worker changes its current job with
+// one HSET riding in the round trip of the job event it writes anyway
+// (processing, done, error), and that job event says so (worker_job and
+// worker_seq); the broker turns it into the worker's worker_update, sent
+// right after the job event, built from the last worker_update of that
+// worker it passed on, with the new current job. The worker writes no
+// event of its own: a worker_update is the record as the Go view shows
+// it, which a Lua script cannot build, and on a Redis Cluster the record
+// and the stream are in different slots.
+//
+// Order: every worker_update carries the record's rev (raised by every
+// write of the record but the current job's, in the script that writes
+// it) and current_seq (the number of the current job's change within the
+// process). A worker_update whose rev is below the last one passed on for
+// that worker is older than what the clients were shown (two writers'
+// record writes and their events interleaved: the supervisor's and the
+// heartbeat's): it is not sent. One whose current job is older than a
+// change already passed on (same pid, lower current_seq) is sent with the
+// newer current job. So no event a client gets shows an older status or
+// an older current job than an earlier one, and the last one matches the
+// record.
+//
+// A worker the broker has not seen a worker_update of (it started since)
+// is read from Redis once, for all such workers of a batch in one round
+// trip, when a change of its current job comes.
+//
+// What the derived events are not: entries of the stream. A client that
+// catches up from the stream (Last-Event-ID, or after a burst) gets the
+// stream's own entries, and the history endpoint lists them; the worker's
+// current job there is as of its last worker_update, and its job events
+// say the rest.
+//
+// Only the reader goroutine touches it.
+type workerViews struct {
+	store *health.Store
+	log   *slog.Logger
+	m     map[string]*workerView // by component
+}
+
+type workerView struct {
+	v health.WorkerView
+	// shown: v was passed on (a view read from the record is not, until
+	// the change that had it read).
+	shown bool
+	// pend is the last current-job change of a process v does not name
+	// (its pid comes with a later worker_update).
+	pend jobChange
+}
+
+// jobChange is what the broker reads of a job event that changed its
+// worker's current job.
+type jobChange struct {
+	Timestamp int64 `json:"timestamp"`
+	Data      struct {
+		Component string `json:"component"`
+		PID       int    `json:"pid"`
+		WorkerJob string `json:"worker_job"`
+		WorkerSeq int64  `json:"worker_seq"`
+	} `json:"data"`
+}
+
+// workerSeqMark is what a job event that changed its worker's current job
+// contains (queue.JobEvent's worker_seq): others are not decoded.
+var workerSeqMark = []byte(`"worker_seq":`)
+
+// readTimeout bounds the read of workers the broker has no view of.
+const viewReadTimeout = 2 * time.Second
+
+func newWorkerViews(store *health.Store, log *slog.Logger) *workerViews {
+	return &workerViews{store: store, log: log, m: map[string]*workerView{}}
+}
+
+// decoded is one entry of a batch as apply reads it.
+type decoded struct {
+	worker *health.Event // worker_update or worker_removed
+	job    *jobChange
+}
+
+// apply returns entries with the worker_updates of the current-job
+// changes among them added (derived, each right after its job event),
+// stale worker_updates marked to drop, and worker_updates whose current
+// job is older than one passed on re-framed with the newer one.
+func (wv *workerViews) apply(ctx context.Context, entries []entry) []entry {
+	dec := make([]decoded, len(entries))
+	var unknown []health.ComponentID
+	seen := map[string]bool{}
+	for i, e := range entries {
+		if e.ev == nil {
+			continue
+		}
+		switch {
+		case (e.typ == health.EventWorker || e.typ == health.EventWorkerRemoved) && strings.HasPrefix(e.topic, "worker:"):
+			var ev health.Event
+			if json.Unmarshal(e.ev.Data, &ev) == nil && ev.Worker != nil && ev.Worker.Component != "" {
+				dec[i].worker = &ev
+				seen[ev.Worker.Component] = true
+			}
+		case e.typ == health.EventJob && strings.HasPrefix(e.topic, "job:") && bytes.Contains(e.ev.Data, workerSeqMark):
+			// The job's own topic (queue:jobs has the same payload).
+			var jc jobChange
+			if json.Unmarshal(e.ev.Data, &jc) != nil || jc.Data.WorkerSeq <= 0 || jc.Data.Component == "" {
+				continue
+			}
+			dec[i].job = &jc
+			c := jc.Data.Component
+			if wv.m[c] == nil && !seen[c] {
+				seen[c] = true
+				if id, err := health.ParseComponentID(c); err == nil {
+					unknown = append(unknown, id)
+				}
+			}
+		}
+	}
+	wv.read(ctx, unknown)
+	out := make([]entry, 0, len(entries))
+	for i, e := range entries {
+		switch d := dec[i]; {
+		case d.worker != nil && e.typ == health.EventWorkerRemoved:
+			delete(wv.m, d.worker.Worker.Component)
+			out = append(out, e)
+		case d.worker != nil:
+			out = append(out, wv.update(e, d.worker))
+		case d.job != nil:
+			out = append(out, e)
+			if de, ok := wv.change(e, d.job); ok {
+				out = append(out, de)
+			}
+		default:
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// read seeds the views of workers the broker has none of from their
+// records.
+func (wv *workerViews) read(ctx context.Context, ids []health.ComponentID) {
+	if len(ids) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, viewReadTimeout)
+	defer cancel()
+	cs, err := wv.store.GetMany(rctx, ids)
+	if err != nil {
+		if ctx.Err() == nil {
+			wv.log.Warn("events: read workers for their current job", "workers", len(ids), "err", err)
+		}
+		return
+	}
+	for _, c := range cs {
+		if c.Status != health.StatusNone {
+			wv.m[c.ID.String()] = &workerView{v: c.View()}
+		}
+	}
+}
+
+// update passes a worker_update on: dropped when older than the view,
+// with the view's current job when that is newer.
+func (wv *workerViews) update(e entry, ev *health.Event) entry {
+	v := *ev.Worker
+	st := wv.m[v.Component]
+	if st == nil {
+		wv.m[v.Component] = &workerView{v: v, shown: true}
+		return e
+	}
+	if v.Rev > 0 && v.Rev < st.v.Rev {
+		e.drop = true
+		return e
+	}
+	newer := false
+	if v.PID != 0 && st.v.PID == v.PID && st.v.CurrentSeq > v.CurrentSeq {
+		v.CurrentJob, v.CurrentSeq, newer = st.v.CurrentJob, st.v.CurrentSeq, true
+	}
+	if p := st.pend; p.Data.WorkerSeq > 0 && p.Data.PID == v.PID {
+		if p.Data.WorkerSeq > v.CurrentSeq {
+			v.CurrentJob, v.CurrentSeq, newer = p.Data.WorkerJob, p.Data.WorkerSeq, true
+		}
+		st.pend = jobChange{}
+	}
+	st.v, st.shown = v, true
+	if newer {
+		out := *ev
+		out.Worker = &v
+		if data, err := json.Marshal(out); err == nil {
+			e.ev = &sse.Event{ID: e.ev.ID, Event: e.ev.Event, Data: data}
+		}
+	}
+	return e
+}
+
+// change applies a current-job change to its worker's view and returns the
+// worker_update to send after the job event e, if any.
+func (wv *workerViews) change(e entry, jc *jobChange) (entry, bool) {
+	st := wv.m[jc.Data.Component]
+	if st == nil {
+		return entry{}, false // no record, or it could not be read
+	}
+	switch {
+	case jc.Data.PID != 0 && jc.Data.PID == st.v.PID:
+		if jc.Data.WorkerSeq <= st.v.CurrentSeq && st.shown {
+			return entry{}, false // an older change, or this one's other event
+		}
+		if jc.Data.WorkerSeq > st.v.CurrentSeq {
+			st.v.CurrentJob, st.v.CurrentSeq = jc.Data.WorkerJob, jc.Data.WorkerSeq
+		}
+	default:
+		// A process the view does not name yet (its worker_update comes
+		// later), or an old one's late event.
+		if st.pend.Data.PID != jc.Data.PID || jc.Data.WorkerSeq > st.pend.Data.WorkerSeq {
+			st.pend = *jc
+		}
+		if st.shown {
+			return entry{}, false
+		}
+	}
+	st.shown = true
+	v := st.v
+	ts := jc.Timestamp
+	if ts == 0 {
+		ts = time.Now().UnixMilli()
+	}
+	id, err := health.ParseComponentID(v.Component)
+	if err != nil {
+		return entry{}, false
+	}
+	data, err := json.Marshal(health.Event{Topic: id.Topic(), Type: health.EventWorker, Timestamp: ts, Worker: &v})
+	if err != nil {
+		return entry{}, false
+	}
+	return entry{id: e.id, topic: id.Topic(), typ: health.EventWorker, derived: true,
+		ev: &sse.Event{ID: e.ev.ID, Event: []byte(health.EventWorker), Data: data}}, true
+}

@@ -1,0 +1,199 @@
+package server_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/queue"
+	"github.com/vigil-dev/vigil/server"
+)
+
+// Live current job (issue 20): a real worker process runs a job; an event
+// client of the worker's topic sees a worker_update naming the job while
+// it runs and one with no job once it is done. Before, the worker wrote
+// current_job into its record and no worker_update followed.
+func TestCurrentJobLive(t *testing.T) {
+	h := newHarness(t, setup{workers: 1, command: []string{vigilBin, "worker", "--demo"}})
+	id := h.id(0)
+	h.waitStatus(id, health.StatusHealthy, false)
+	c := subscribe(t, serveHTTP(t, h.h), []string{id.Topic()}, "")
+	if m := c.next(); m.Event != health.EventSnapshot {
+		t.Fatalf("first message %+v, want the snapshot", m)
+	}
+	j := decode[server.Job](t, h.post("/api/v1/queues/"+h.q1+"/jobs", `{"type":"demo:work","payload":{"ms":300}}`), http.StatusCreated)
+
+	running := c.waitWorker(func(w *health.WorkerView) bool { return w.CurrentJob == j.ID })
+	if running.Status != string(health.StatusHealthy) || running.CurrentSeq == 0 || running.Rev == 0 {
+		t.Errorf("while it runs: %+v", running)
+	}
+	idle := c.waitWorker(func(w *health.WorkerView) bool { return w.CurrentJob == "" })
+	if idle.CurrentSeq <= running.CurrentSeq || idle.PID != running.PID {
+		t.Errorf("once done: %+v (while it ran: %+v)", idle, running)
+	}
+	rec, err := h.store.Get(ctx(t), id)
+	if err != nil || rec.CurrentJob != "" || rec.CurrentSeq != idle.CurrentSeq {
+		t.Errorf("record %+v, %v; last event %+v", rec, err, idle)
+	}
+}
+
+// waitWorker returns the first worker_update whose worker satisfies ok.
+func (c *sseClient) waitWorker(ok func(*health.WorkerView) bool) *health.WorkerView {
+	c.tb.Helper()
+	for {
+		m := c.nextOf(health.EventWorker)
+		if e := m.event(c.tb); e.Worker != nil && ok(e.Worker) {
+			return e.Worker
+		}
+	}
+}
+
+// The last worker_update a client gets matches the record, while the
+// supervisor changes the worker's status (operator restarts) as it runs
+// jobs, and its current job changes at once: the supervisor's events carry
+// the record's current job, not its own idea of it, and a change of the
+// current job is not undone by an event written before it.
+func TestCurrentJobEventsEndAtTheRecord(t *testing.T) {
+	h := newHarness(t, setup{workers: 1, command: []string{vigilBin, "worker", "--demo"}})
+	id := h.id(0)
+	h.waitStatus(id, health.StatusHealthy, false)
+	c := subscribe(t, serveHTTP(t, h.h), []string{id.Topic()}, "")
+	enqueue := func(ms int) server.Job {
+		t.Helper()
+		return decode[server.Job](t, h.post("/api/v1/queues/"+h.q1+"/jobs", `{"type":"demo:work","payload":{"ms":`+strconv.Itoa(ms)+`}}`), http.StatusCreated)
+	}
+	for round := range 3 {
+		for range 20 {
+			enqueue(20)
+		}
+		// Restart while those run: stopping, stopped, starting, its pid,
+		// healthy, written by the supervisor and the new process's
+		// heartbeat between the jobs' current-job changes.
+		decode[server.WorkerAction](t, h.post("/api/v1/workers/"+id.String()+"/restart", ""), http.StatusOK)
+		h.waitStatus(id, health.StatusHealthy, false)
+		t.Logf("round %d: restarted", round)
+	}
+	// A long job, to end with a current job that changed after the last
+	// status change.
+	long := enqueue(4000)
+	deadline := time.Now().Add(20 * time.Second)
+	var rec health.Component
+	for {
+		var err error
+		rec, err = h.store.Get(ctx(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.CurrentJob == long.ID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the long job never became current: %+v", rec)
+		}
+		h.waitNextEvent()
+	}
+	// Every event before this marker reaches the client before it.
+	marker := h.emit(id.Topic(), "marker")
+	var last *health.WorkerView
+	for {
+		m := c.next()
+		if m.ID == marker && m.Event == health.EventAction {
+			break
+		}
+		if m.Event == health.EventWorker {
+			last = m.event(t).Worker
+		}
+	}
+	if last == nil {
+		t.Fatal("no worker_update")
+	}
+	if last.Status != string(rec.Status) || last.PID != rec.PID || last.CurrentJob != rec.CurrentJob || last.CurrentSeq != rec.CurrentSeq {
+		t.Errorf("last worker_update: status %s pid %d job %q seq %d; record: status %s pid %d job %q seq %d",
+			last.Status, last.PID, last.CurrentJob, last.CurrentSeq, rec.Status, rec.PID, rec.CurrentJob, rec.CurrentSeq)
+	}
+}
+
+// The broker's rules, on entries written by hand: a current-job change of a
+// worker it has no view of reads the record; a worker_update written before
+// a change it has passed on gets the newer current job; one with a lower
+// rev than one passed on is not sent; a change of a process the view does
+// not name yet waits for that process's worker_update.
+func TestCurrentJobBrokerOrder(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.id(0)
+	h.seed(id, health.StatusHealthy, nil)
+	rec, err := h.store.Get(ctx(t), id)
+	if err != nil || rec.Rev == 0 {
+		t.Fatalf("seeded %+v, %v: want a rev", rec, err)
+	}
+	c := subscribe(t, serveHTTP(t, h.h), []string{id.Topic()}, "")
+	if m := c.next(); m.Event != health.EventSnapshot {
+		t.Fatalf("first message %+v, want the snapshot", m)
+	}
+	rdb := h.redis.Client
+	job := func(task string, pid int, current string, seq int64) {
+		t.Helper()
+		data, _ := json.Marshal(queue.JobEvent{Queue: h.q1, ID: task, State: queue.StateProcessing, Component: id.String(), PID: pid,
+			WorkerJob: current, WorkerSeq: seq})
+		for _, topic := range []string{queue.JobTopic(h.q1, task), queue.TopicJobs} {
+			env, _ := json.Marshal(map[string]any{"topic": topic, "type": health.EventJob, "timestamp": time.Now().UnixMilli(), "data": json.RawMessage(data)})
+			if err := rdb.XAdd(ctx(t), &redis.XAddArgs{Stream: h.store.Keys().Events(),
+				Values: []string{"topic", topic, "type", health.EventJob, "data", string(env)}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	update := func(mod func(*health.Component)) string {
+		t.Helper()
+		c := rec
+		mod(&c)
+		id, err := h.store.AddEvent(ctx(t), health.WorkerEvent(c, time.Now()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	expect := func(what string, ok func(*health.WorkerView) bool) {
+		t.Helper()
+		m := c.next()
+		if m.Event != health.EventWorker {
+			t.Fatalf("%s: got %s %s", what, m.Event, m.Data)
+		}
+		if w := m.event(t).Worker; !ok(w) {
+			t.Fatalf("%s: got %+v", what, w)
+		}
+	}
+
+	job("t1", rec.PID, "t1", 1)
+	expect("the change, from the record read", func(w *health.WorkerView) bool {
+		return w.CurrentJob == "t1" && w.CurrentSeq == 1 && w.Status == "healthy" && w.Rev == rec.Rev
+	})
+	job("t2", rec.PID, "t2", 2)
+	expect("the next change", func(w *health.WorkerView) bool { return w.CurrentJob == "t2" && w.CurrentSeq == 2 })
+	// The supervisor read the record before the change to t2.
+	update(func(c *health.Component) { c.Status, c.Rev, c.CurrentJob, c.CurrentSeq = health.StatusStopping, rec.Rev+5, "t1", 1 })
+	expect("a status change carrying an older current job", func(w *health.WorkerView) bool {
+		return w.Status == "stopping" && w.CurrentJob == "t2" && w.CurrentSeq == 2 && w.Rev == rec.Rev+5
+	})
+	// An older status, written after.
+	update(func(c *health.Component) { c.Status, c.Rev = health.StatusHealthy, rec.Rev+2 })
+	marker := h.emit(id.Topic(), "marker")
+	if m := c.next(); m.ID != marker {
+		t.Fatalf("an older worker_update was sent: %s %s", m.Event, m.Data)
+	}
+	// A new process's change before its own worker_update.
+	job("u1", 9999, "u1", 1)
+	marker = h.emit(id.Topic(), "marker 2")
+	if m := c.next(); m.ID != marker {
+		t.Fatalf("a change of a process the view does not name was sent: %s %s", m.Event, m.Data)
+	}
+	update(func(c *health.Component) { c.Status, c.PID, c.Rev, c.CurrentJob, c.CurrentSeq = health.StatusHealthy, 9999, rec.Rev+10, "", 0 })
+	expect("the new process, with its change", func(w *health.WorkerView) bool {
+		return w.PID == 9999 && w.CurrentJob == "u1" && w.CurrentSeq == 1 && w.Rev == rec.Rev+10
+	})
+}
