@@ -12,7 +12,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
-
 )
 
 // process is the handler asynq calls for every task: the middleware of

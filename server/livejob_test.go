@@ -176,7 +176,9 @@ func TestCurrentJobBrokerOrder(t *testing.T) {
 	job("t2", rec.PID, "t2", 2)
 	expect("the next change", func(w *health.WorkerView) bool { return w.CurrentJob == "t2" && w.CurrentSeq == 2 })
 	// The supervisor read the record before the change to t2.
-	update(func(c *health.Component) { c.Status, c.Rev, c.CurrentJob, c.CurrentSeq = health.StatusStopping, rec.Rev+5, "t1", 1 })
+	update(func(c *health.Component) {
+		c.Status, c.Rev, c.CurrentJob, c.CurrentSeq = health.StatusStopping, rec.Rev+5, "t1", 1
+	})
 	expect("a status change carrying an older current job", func(w *health.WorkerView) bool {
 		return w.Status == "stopping" && w.CurrentJob == "t2" && w.CurrentSeq == 2 && w.Rev == rec.Rev+5
 	})
@@ -192,7 +194,9 @@ func TestCurrentJobBrokerOrder(t *testing.T) {
 	if m := c.next(); m.ID != marker {
 		t.Fatalf("a change of a process the view does not name was sent: %s %s", m.Event, m.Data)
 	}
-	update(func(c *health.Component) { c.Status, c.PID, c.Rev, c.CurrentJob, c.CurrentSeq = health.StatusHealthy, 9999, rec.Rev+10, "", 0 })
+	update(func(c *health.Component) {
+		c.Status, c.PID, c.Rev, c.CurrentJob, c.CurrentSeq = health.StatusHealthy, 9999, rec.Rev+10, "", 0
+	})
 	expect("the new process, with its change", func(w *health.WorkerView) bool {
 		return w.PID == 9999 && w.CurrentJob == "u1" && w.CurrentSeq == 1 && w.Rev == rec.Rev+10
 	})
