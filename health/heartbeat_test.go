@@ -181,7 +181,13 @@ func TestBeatRefreshesOnly(t *testing.T) {
 			if rec[health.FieldStatus] != string(st) {
 				t.Errorf("status = %q, want %q", rec[health.FieldStatus], st)
 			}
+			// Every write of the record raises its revision.
+			if want := fmt.Sprint(fc.Now().UnixMilli() * 1000); rec[health.FieldRev] != want {
+				t.Errorf("rev = %q, want %s", rec[health.FieldRev], want)
+			}
 			delete(rec, health.FieldLastHeartbeat)
+			delete(rec, health.FieldRev)
+			delete(beforeRec, health.FieldRev)
 			if !mapsEqual(rec, beforeRec) {
 				t.Errorf("record changed beyond last_heartbeat:\n%v\n→ %v", beforeRec, rec)
 			}

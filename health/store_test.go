@@ -142,6 +142,7 @@ func TestWriteFields(t *testing.T) {
 		health.FieldSignal:    "",
 		health.FieldUpdatedAt: fmt.Sprint(t0.Add(time.Second).UnixMilli()),
 		health.FieldCreatedAt: fmt.Sprint(t0.Add(time.Second).UnixMilli()), // the first write registers it
+		health.FieldRev:       fmt.Sprint(t0.Add(time.Second).UnixMilli() * 1000),
 	}
 	if !mapsEqual(h, want) {
 		t.Errorf("record = %v\nwant %v", h, want)
@@ -419,5 +420,52 @@ func TestSetPIDRefusedWhenTheRecordNamesAnotherPID(t *testing.T) {
 	}
 	if after := hash(t, s, s.Keys().Component(tag0)); after[health.FieldPID] != before[health.FieldPID] {
 		t.Errorf("pid %s → %s", before[health.FieldPID], after[health.FieldPID])
+	}
+}
+
+// Every record write raises rev, to at least its time in ms × 1000, and its
+// event carries the record's current job as the write left it, not the
+// writer's (issue 20, live current job): the worker writes current_job,
+// the supervisor does not know it.
+func TestWriteRevAndCurrentJob(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := testCtx(t)
+	c := record(tag0, health.StatusHealthy, 4242)
+	c.UpdatedAt = t0.Add(time.Minute)
+	if _, err := s.Write(ctx, c, health.Write{NoCheck: true, NoEvent: true}); err != nil {
+		t.Fatal(err)
+	}
+	rev := func() int64 {
+		t.Helper()
+		got, err := s.Get(ctx, tag0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Rev
+	}
+	r1 := rev()
+	if r1 != t0.Add(time.Minute).UnixMilli()*1000 {
+		t.Fatalf("rev = %d, want %d", r1, t0.Add(time.Minute).UnixMilli()*1000)
+	}
+	pipe := s.Client().Pipeline()
+	s.SetCurrentJobTo(ctx, pipe, tag0, "t9", 3)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := rev(); r != r1 {
+		t.Errorf("the worker's current-job write moved rev %d → %d", r1, r)
+	}
+	// A write stamped earlier (another host's clock) still raises it.
+	c.Status, c.UpdatedAt = health.StatusStopping, t0
+	if _, err := s.Write(ctx, c, health.Write{Actor: health.ActorOperator}); err != nil {
+		t.Fatal(err)
+	}
+	if r := rev(); r != r1+1 {
+		t.Errorf("rev after an earlier-stamped write = %d, want %d", r, r1+1)
+	}
+	msgs := events(t, s)
+	e := decodeEvent(t, msgs[len(msgs)-1])
+	if e.Worker == nil || e.Worker.Status != "stopping" || e.Worker.CurrentJob != "t9" || e.Worker.CurrentSeq != 3 || e.Worker.Rev != r1+1 {
+		t.Errorf("event = %+v", e.Worker)
 	}
 }
