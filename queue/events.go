@@ -90,8 +90,8 @@ type JobEvent struct {
 	// current job after it ("" idle) and the change's number within the
 	// worker's process (its record's current_seq). The event broker turns
 	// them into the worker's worker_update.
-	WorkerJob string `json:"worker_job,omitempty"`
-	WorkerSeq int64  `json:"worker_seq,omitempty"`
+	WorkerJob string `json:"worker_job,omitempty" doc:"With worker_seq: this start or end changed its worker's current_job to this task (empty: idle)"`
+	WorkerSeq int64  `json:"worker_seq,omitempty" doc:"The number of that change within the worker's process (its record's current_seq); the event stream sends the worker's worker_update right after"`
 }
 
 // jobEvents queues e, at t, on pipe: once on the job's topic and once on

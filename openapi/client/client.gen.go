@@ -1057,6 +1057,12 @@ type JobEvent struct {
 	Stage        *string  `json:"stage,omitempty"`
 	State        string   `json:"state"`
 	TaskType     *string  `json:"task_type,omitempty"`
+
+	// WorkerJob With worker_seq: this start or end changed its worker's current_job to this task (empty: idle)
+	WorkerJob *string `json:"worker_job,omitempty"`
+
+	// WorkerSeq The number of that change within the worker's process (its record's current_seq); the event stream sends the worker's worker_update right after
+	WorkerSeq *int64 `json:"worker_seq,omitempty"`
 }
 
 // JobList defines model for JobList.
@@ -1579,8 +1585,13 @@ type Worker struct {
 	// Example: 1789990000000
 	CreatedAt *int64 `json:"created_at,omitempty"`
 
-	// CurrentJob Task the worker runs now, if any
+	// CurrentJob Task the worker runs now, if any (with several at once: the one it started last)
 	CurrentJob *string `json:"current_job,omitempty"`
+
+	// CurrentSeq Number of current_job's change within the worker's process (1, 2, …): of two views of one pid with the same rev, the higher current_seq is newer
+	//
+	// Example: 42
+	CurrentSeq *int64 `json:"current_seq,omitempty"`
 
 	// ExitCode Code of the last exit (-1 unknown, -2 heartbeat timeout, -3 invalid heartbeat, 128+N signal N)
 	//
@@ -1673,6 +1684,11 @@ type Worker struct {
 	//
 	// Example: 0
 	RestartCount int64 `json:"restart_count"`
+
+	// Rev The record's revision: every change of the record but current_job raises it (to at least the change's Unix ms × 1000). A worker_update with a lower rev than one already seen is older: drop it
+	//
+	// Example: 1790000001000000
+	Rev *int64 `json:"rev,omitempty"`
 
 	// Signal Signal that ended the last process, if any
 	//
