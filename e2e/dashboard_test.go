@@ -312,6 +312,16 @@ func TestDashboard(t *testing.T) {
 	p.poll("the connection is live", `document.querySelector('#conn').dataset.state === 'live'`)
 	t.Logf("workers table filled %v after navigation", time.Since(start).Round(time.Millisecond))
 
+	// A worker's current job is live (issue 20): a long job shows in its
+	// worker's row while it runs, and goes when it is done, without a
+	// reload (before, the row named a job only through the job's own
+	// events, and the worker's record was not re-broadcast).
+	liveJob := "live-job-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	p.api(http.MethodPost, "/api/v1/queues/library/jobs", `{"type":"demo:work","payload":{"ms":3000},"task_id":"`+liveJob+`"}`)
+	jobCell := `[...document.querySelectorAll('#workers td.job')].some(td => td.textContent.startsWith('` + liveJob + `'))`
+	p.poll("a worker's row shows the long job while it runs", jobCell)
+	p.poll("and not once it is done", `!`+jobCell)
+
 	// Watch worker:tag:0's statuses as the page draws them.
 	const row = `document.querySelector('#workers tr[data-component="worker:tag:0"]')`
 	pidText := p.pollString("worker:tag:0 healthy with a pid", `(() => { const r = `+row+`; return r && r.dataset.status === 'healthy' && r.querySelector('td.pid').textContent })()`)

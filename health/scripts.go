@@ -141,7 +141,10 @@ return {1, tok, rev, cj, cs}
 // gone is a hang. The next ordinary beat makes the worker healthy again. A
 // stopping worker's recover_for is an ordinary beat.
 //
-// Every beat that writes sets the record's rev (bumpRev).
+// A beat that changes the status (the ones announced: codes 1, 2 and 4)
+// sets the record's rev as bumpRev does; a plain beat leaves it: rev moves
+// with the changes that have an event, so that a snapshot read between two
+// of them has the rev of the last event (a client compares them).
 var heartbeatScript = redis.NewScript(`
 local pid = redis.call('HGET', KEYS[2], 'pid')
 local st = redis.call('HGET', KEYS[2], 'status')
@@ -164,10 +167,12 @@ else
 end
 local now = ARGV[2]
 redis.call('SET', KEYS[1], now, 'PX', px)
-local r = tonumber(redis.call('HGET', KEYS[2], 'rev') or '') or 0
-local t = (tonumber(now) or 0) * 1000
-if t > r then r = t else r = r + 1 end
-redis.call('HSET', KEYS[2], 'rev', string.format('%.0f', r))
+local function bump_rev()
+  local r = tonumber(redis.call('HGET', KEYS[2], 'rev') or '') or 0
+  local t = (tonumber(now) or 0) * 1000
+  if t > r then r = t else r = r + 1 end
+  redis.call('HSET', KEYS[2], 'rev', string.format('%.0f', r))
+end
 local ver = ARGV[12] or ''
 if ver ~= '' and redis.call('HGET', KEYS[2], 'version') ~= ver then redis.call('HSET', KEYS[2], 'version', string.sub(ver, 1, 100)) end
 local status = 'healthy'
@@ -180,21 +185,25 @@ if not pid then
   if rf > 0 then
     redis.call('HSET', KEYS[2], 'reason', string.sub(ARGV[9] or '', 1, 200), 'recovering_until', tostring(tonumber(now) + px))
   end
+  bump_rev()
   return {2, status}
 end
 if rf > 0 then
   redis.call('HSET', KEYS[2], 'status', 'recovering', 'reason', string.sub(ARGV[9] or '', 1, 200),
     'recovering_until', tostring(tonumber(now) + px), 'last_heartbeat', now, 'updated_at', now)
   if st == 'starting' then redis.call('HSET', KEYS[2], 'healthy_since', now) end
+  bump_rev()
   return {4, 'recovering', px}
 end
 if st == 'starting' then
   redis.call('HSET', KEYS[2], 'status', 'healthy', 'healthy_since', now, 'last_heartbeat', now, 'updated_at', now)
+  bump_rev()
   return {1, 'healthy'}
 end
 if st == 'recovering' then
   redis.call('HSET', KEYS[2], 'status', 'healthy', 'reason', '', 'last_heartbeat', now, 'updated_at', now)
   redis.call('HDEL', KEYS[2], 'recovering_until')
+  bump_rev()
   return {1, 'healthy'}
 end
 redis.call('HSET', KEYS[2], 'last_heartbeat', now)

@@ -181,7 +181,7 @@ function onEvent(ev) {
     refreshPools();
   }
   apply(e, ev.type);
-  if (ev.type !== 'snapshot') {
+  if (ev.type !== 'snapshot' && !e.stale) {
     e.id = ev.lastEventId;
     chartEvent(e);
     log(e);
@@ -200,6 +200,10 @@ function apply(e, type) {
     state.jobs.delete(e.worker.component);
   } else if (parts[0] === 'worker' && e.worker) {
     const prev = state.workers.get(e.worker.component);
+    if (prev && olderView(e.worker, prev)) { e.stale = true; return; }
+    // Only its current job changed (the broker's worker_update of a job's
+    // start or end): not a new status.
+    e.jobOnly = !!prev && type === 'worker_update' && prev.rev === e.worker.rev && prev.status === e.worker.status;
     if (prev && e.worker.paused === undefined) copyPause(prev, e.worker);
     state.workers.set(e.worker.component, e.worker);
     if (!RUNNING.has(e.worker.status)) state.jobs.delete(e.worker.component);
@@ -271,6 +275,16 @@ async function refreshPools() {
   if (b && b.pools) { state.pools.clear(); b.pools.forEach((p) => state.pools.set(p.queue, p)); render(); }
 }
 
+// olderView says whether worker view w is older than cur: a lower rev (the
+// record's revision), or the same rev and process with an older current
+// job (current_seq). A snapshot or a read can be newer than an event that
+// was written before it and comes after it.
+function olderView(w, cur) {
+  const r = w.rev || 0, c = cur.rev || 0;
+  if (r !== c) return r < c;
+  return w.pid === cur.pid && (w.current_seq || 0) < (cur.current_seq || 0);
+}
+
 // An operator's pause of a worker is the admin API's, not the
 // supervisor's: its events and snapshots leave it out, the API's reads
 // bring it.
@@ -289,7 +303,11 @@ async function refreshHeartbeats() {
   if (!b || !b.workers) return;
   for (const w of b.workers) {
     const cur = state.workers.get(w.component);
-    if (cur) { cur.last_heartbeat = w.last_heartbeat; if (w.current_job) cur.current_job = w.current_job; copyPause(w, cur); } else state.workers.set(w.component, w);
+    if (cur) {
+      cur.last_heartbeat = w.last_heartbeat;
+      if (w.pid === cur.pid && (w.current_seq || 0) > (cur.current_seq || 0)) { cur.current_job = w.current_job; cur.current_seq = w.current_seq; }
+      copyPause(w, cur);
+    } else state.workers.set(w.component, w);
   }
   render();
 }
@@ -488,6 +506,7 @@ function drawQueues() {
 
 function log(e, msg) {
   if (!$('#show-jobs').checked && e.type === 'job_update' && e.data && !['error', 'toxic', 'requeued:stale', 'requeued:stranded'].includes(e.data.state)) return;
+  if (!$('#show-jobs').checked && e.jobOnly) return; // a worker's current job: its job's event says it
   if (e.type === 'job_update' && e.topic !== 'queue:jobs') return; // each job event comes twice
   if (!$('#show-jobs').checked && e.type === 'schedule_fired') return; // a job of its own follows
   const li = el('li', { class: 'flash' },
@@ -525,11 +544,14 @@ const workersView = views.workers = {
   draw() { drawWorkers(this.params); },
 };
 
+// workerJob is the worker's current job, live from its worker_updates,
+// with the progress its job's events report.
 function workerJob(w) {
   if (!RUNNING.has(w.status)) return '';
+  const id = w.current_job || '';
   const j = state.jobs.get(w.component);
-  if (j) return j.id + (j.progress != null ? ' (' + Math.round(j.progress) + '%)' : '');
-  return w.current_job || '';
+  if (j && j.id === id && j.progress != null) return id + ' (' + Math.round(j.progress) + '%)';
+  return id;
 }
 
 function fillSelect(sel, values) {
@@ -670,7 +692,7 @@ views.worker = {
     $('#logs-note').textContent = b.lines.length ? b.lines.length + ' lines' : 'none kept here' + (w && w.host ? ' (its output is kept by host ' + w.host + ')' : '');
     if (atEnd) pre.scrollTop = pre.scrollHeight;
   },
-  onEvent(e) { if (e.worker && e.worker.component === this.c) this.loadHistory(); },
+  onEvent(e) { if (e.worker && e.worker.component === this.c && !e.jobOnly) this.loadHistory(); },
   draw() {
     const w = state.workers.get(this.c);
     if (!w) { $('#worker-record').replaceChildren(this.missing ? 'No such worker.' : 'loading…'); return; }
