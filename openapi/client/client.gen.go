@@ -1967,7 +1967,10 @@ type ClientInterface interface {
 	// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
 	// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
 	// last stream entry before it was read), `event` its type and `data` a JSON object
-	// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
+	// `{topic, type, timestamp, <payload>}`. A job_update that changed its worker's current job (`worker_seq` set) is followed by
+	// that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
+	// `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
+	// snapshot may be newer than events after it): drop it; the live stream itself never sends one older than an earlier one. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 	// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
 	// sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
 	// with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
@@ -2318,7 +2321,10 @@ type ClientInterface interface {
 // (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
 // from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
 // last stream entry before it was read), `event` its type and `data` a JSON object
-// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
+// `{topic, type, timestamp, <payload>}`. A job_update that changed its worker's current job (`worker_seq` set) is followed by
+// that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
+// `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
+// snapshot may be newer than events after it): drop it; the live stream itself never sends one older than an earlier one. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 // `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
 // sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
 // with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
@@ -4949,7 +4955,10 @@ type ClientWithResponsesInterface interface {
 	// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
 	// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
 	// last stream entry before it was read), `event` its type and `data` a JSON object
-	// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
+	// `{topic, type, timestamp, <payload>}`. A job_update that changed its worker's current job (`worker_seq` set) is followed by
+	// that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
+	// `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
+	// snapshot may be newer than events after it): drop it; the live stream itself never sends one older than an earlier one. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 	// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
 	// sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
 	// with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
@@ -8895,7 +8904,10 @@ func (r ReadyzResponse) ContentType() string {
 // (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
 // from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
 // last stream entry before it was read), `event` its type and `data` a JSON object
-// `{topic, type, timestamp, <payload>}`. Reconnecting with `Last-Event-ID` replays what was missed, or sends
+// `{topic, type, timestamp, <payload>}`. A job_update that changed its worker's current job (`worker_seq` set) is followed by
+// that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
+// `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
+// snapshot may be newer than events after it): drop it; the live stream itself never sends one older than an earlier one. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 // `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
 // sse.keepalive (15 s). A client that falls more than sse.max_lag events behind is disconnected (it resumes
 // with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
