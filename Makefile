@@ -72,16 +72,17 @@ chaos: cgo-check ## the chaos scenarios at full size (~10 min; VIGIL_CHAOS_OUTAG
 		grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|RESULT|_test\.go:[0-9]+:'
 
 # The fault explorer (RELIABILITY.md, "Fault explorer") starts its own
-# redis-server processes when REDIS is redis-server or mixed. It replays
+# redis-server processes when REDIS is redis-server, sentinel, cluster or
+# mixed (on free ports, or in PORTS=lo-hi). It replays
 # explore/testdata/seeds.txt first and appends every new failing seed to it.
 SEEDS  ?= 100
 REDIS  ?= mixed
 J      ?= 2
 RECORD ?= 1
-explore: cgo-check ## the fault explorer: random fault schedules, invariants checked (SEEDS=100, SEED=s replays one, BUDGET=10m, REDIS=miniredis|redis-server|mixed, J=2 at a time, MINIMIZE=inv with SEED, RECORD=0 not to append failing seeds)
+explore: cgo-check ## the fault explorer: random fault schedules, invariants checked (SEEDS=100, SEED=s replays one, BUDGET=10m, REDIS=miniredis|redis-server|sentinel|cluster|mixed, PORTS=lo-hi to start Redis servers in that range only, J=2 at a time, MINIMIZE=inv with SEED, RECORD=0 not to append failing seeds)
 	@$(MAKE) redis-server-check
 	$(GO) run ./explore/cmd/explore -replay explore/testdata/seeds.txt $(if $(filter 1,$(RECORD)),-record) -redis $(REDIS) -j $(J) -seeds $(SEEDS) \
-		$(if $(SEED),-seed $(SEED)) $(if $(BUDGET),-budget $(BUDGET)) $(if $(MINIMIZE),-minimize $(MINIMIZE))
+		$(if $(SEED),-seed $(SEED)) $(if $(BUDGET),-budget $(BUDGET)) $(if $(MINIMIZE),-minimize $(MINIMIZE)) $(if $(PORTS),-ports $(PORTS))
 
 build: ## build bin/vigil, stamped with VERSION (git describe, else dev)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/vigil ./cmd/vigil

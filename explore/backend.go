@@ -61,9 +61,10 @@ type server struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	rdb  *redis.Client // for SHUTDOWN and FLUSHALL
+	pp   *ports
 }
 
-func newServer() (*server, error) {
+func newServer(pp *ports) (*server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, errors.New("redis-server not installed (Debian: apt-get install redis-server)")
 	}
@@ -73,16 +74,18 @@ func newServer() (*server, error) {
 	}
 	var lastErr error
 	for range 5 { // another process may take the free port first
-		port, err := freePort()
+		ps, err := pp.take(1)
 		if err != nil {
+			os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &server{port: port, dir: dir}
+		s := &server{port: ps[0], dir: dir, pp: pp}
 		s.rdb = redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second})
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
 		_ = s.rdb.Close()
+		pp.give(ps)
 	}
 	os.RemoveAll(dir)
 	return nil, lastErr
@@ -177,5 +180,6 @@ func (s *server) Restart(keep bool) (bool, error) {
 func (s *server) Close() {
 	s.kill()
 	_ = s.rdb.Close()
+	s.pp.give([]int{s.port})
 	os.RemoveAll(s.dir)
 }

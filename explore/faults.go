@@ -125,7 +125,13 @@ func (w *world) apply(s Step) {
 			w.b.close(win)
 			w.b.logf("redis-outage over")
 		})
+	case Failover:
+		w.failover(s)
 	case RedisPause:
+		if _, ok := w.be.(topology); ok {
+			w.freeze(s)
+			return
+		}
 		win := w.b.open("", "redis paused")
 		w.pause(+1)
 		w.b.count(s.Kind)
@@ -163,7 +169,7 @@ func (w *world) cutOff(h *host, delta int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, x := range w.hosts {
-		if h != nil && x != h {
+		if h != nil && x != h || x.proxy == nil {
 			continue
 		}
 		x.refused += delta

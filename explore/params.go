@@ -28,7 +28,18 @@ const (
 	BackendMini  = "miniredis"
 	BackendReal  = "redis-server"
 	BackendMixed = "mixed"
+	// Replicated topologies started from redis-server binaries: a master,
+	// a replica and a sentinel; a Redis Cluster of 3 masters and 3
+	// replicas. Their menu has failovers (menuFor).
+	BackendSentinel = "sentinel"
+	BackendCluster  = "cluster"
 )
+
+// Backends lists every backend a seed may run on (mixed is not one).
+var Backends = []string{BackendMini, BackendReal, BackendSentinel, BackendCluster}
+
+// topoBackend reports whether backend is a replicated topology.
+func topoBackend(backend string) bool { return backend == BackendSentinel || backend == BackendCluster }
 
 // Params is the world a seed builds, all drawn from the seed.
 type Params struct {

@@ -11,7 +11,7 @@ import (
 
 // Options configure the explorer.
 type Options struct {
-	Backend string    // BackendMini, BackendReal or BackendMixed
+	Backend string    // one of Backends, or BackendMixed
 	Verbose bool      // print each seed's schedule log as it runs
 	Out     io.Writer // reports
 	LogDir  string    // parent of each seed's log folder ("" = the temp dir)
@@ -216,7 +216,13 @@ func (s Summary) String() string {
 		inv = append(inv, fmt.Sprintf("inv%d: %d", i, n))
 	}
 	sort.Strings(inv)
-	return fmt.Sprintf("seeds %d (%d on miniredis, %d on redis-server; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d archived toxic before their handler wrote a line\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
-		s.Seeds, s.ByBackend[BackendMini], s.ByBackend[BackendReal], s.Overloaded, s.Failed, inv, s.Inconclusive, strings.Join(kinds, ", "), s.Jobs.Enqueued, s.Jobs.Refused, s.Jobs.Completed, s.Jobs.Archived,
+	var on []string
+	for _, b := range Backends {
+		if n := s.ByBackend[b]; n > 0 || b == BackendMini || b == BackendReal {
+			on = append(on, fmt.Sprintf("%d on %s", n, b))
+		}
+	}
+	return fmt.Sprintf("seeds %d (%s; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d archived toxic before their handler wrote a line\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
+		s.Seeds, strings.Join(on, ", "), s.Overloaded, s.Failed, inv, s.Inconclusive, strings.Join(kinds, ", "), s.Jobs.Enqueued, s.Jobs.Refused, s.Jobs.Completed, s.Jobs.Archived,
 		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ToxicUnseen, s.Ticks.Fired, s.Ticks.Twice, s.Ticks.Gaps, s.FailedSeeds)
 }

@@ -32,6 +32,11 @@ const (
 	RedisLoss    Kind = "redis-loss"    // the data is lost: FLUSHALL (no failed call), or an empty restart (Flag)
 	Partition    Kind = "partition"     // one host cut from Redis for Dur, the others go on
 	LostReply    Kind = "lost-reply"    // one host's next Match command runs, its reply is lost
+	// Failover fails a replicated Redis over (-redis sentinel, cluster):
+	// the master of shard N is SIGKILLed (Flag) and started again as a
+	// replica Dur after its replica took over, or a manual failover
+	// (SENTINEL FAILOVER, CLUSTER FAILOVER) swaps the two.
+	Failover Kind = "failover"
 
 	OpStop       Kind = "op-stop"        // Supervisor.StopComponent
 	OpRestart    Kind = "op-restart"     // Supervisor.Restart
@@ -89,7 +94,12 @@ func (s Step) String() string {
 		return fmt.Sprintf("%s%s h%d, back after %s", at, s.Kind, s.Host, s.Dur.Round(10*time.Millisecond))
 	case HostNew:
 		return fmt.Sprintf("%shost-new h%d", at, s.Host)
-	case RedisOutage, RedisPause:
+	case RedisOutage:
+		return at + string(s.Kind) + dur
+	case RedisPause:
+		if s.N > 0 {
+			return fmt.Sprintf("%sredis-pause of shard %d's master%s", at, s.N, dur)
+		}
 		return at + string(s.Kind) + dur
 	case RedisRestart:
 		return at + "redis-restart (data kept)"
@@ -102,6 +112,11 @@ func (s Step) String() string {
 		return fmt.Sprintf("%spartition h%d%s", at, s.Host, dur)
 	case LostReply:
 		return fmt.Sprintf("%slost-reply h%d next %s call", at, s.Host, s.Match)
+	case Failover:
+		if s.Flag {
+			return fmt.Sprintf("%sfailover: SIGKILL of shard %d's master, back as a replica %s after the switch", at, s.N, s.Dur.Round(10*time.Millisecond))
+		}
+		return fmt.Sprintf("%sfailover: manual, shard %d", at, s.N)
 	case OpStop, OpRestart:
 		return fmt.Sprintf("%s%s %s from h%d", at, s.Kind, slot, s.Host)
 	case OpReset:
@@ -135,6 +150,42 @@ var weighted = []struct {
 	{OpResize, 4}, {OpRolling, 2}, {OpJobRetry, 2}, {OpJobDelete, 1}, {OpJobCancel, 2},
 }
 
+// weightedTopo is the menu on a replicated Redis (sentinel, cluster):
+// the faults of a single server's proxies (outage, partition, lost reply)
+// and its restarts are out; a pause freezes a master (SIGSTOP), a data
+// loss is a FLUSHALL of every master, and failovers come in.
+var weightedTopo = func() []struct {
+	kind Kind
+	w    int
+} {
+	out := []struct {
+		kind Kind
+		w    int
+	}{}
+	for _, e := range weighted {
+		switch e.kind {
+		case RedisOutage, RedisRestart, Partition, LostReply:
+			continue
+		}
+		out = append(out, e)
+	}
+	return append(out, struct {
+		kind Kind
+		w    int
+	}{Failover, 20})
+}()
+
+// menuFor is the fault menu of a backend.
+func menuFor(backend string) []struct {
+	kind Kind
+	w    int
+} {
+	if topoBackend(backend) {
+		return weightedTopo
+	}
+	return weighted
+}
+
 // Plan is a seed's world and schedule.
 type Plan struct {
 	Params Params
@@ -147,8 +198,9 @@ type Plan struct {
 func Draw(seed uint64, backend string) Plan {
 	r := rand.New(rand.NewPCG(seed, 0x5eedf00d))
 	p := drawParams(seed, backend, r)
+	menu := menuFor(p.Backend)
 	total := 0
-	for _, e := range weighted {
+	for _, e := range menu {
 		total += e.w
 	}
 	n := 3 + r.IntN(7)
@@ -157,7 +209,7 @@ func Draw(seed uint64, backend string) Plan {
 	for range n {
 		x := r.IntN(total)
 		var k Kind
-		for _, e := range weighted {
+		for _, e := range menu {
 			if x < e.w {
 				k = e.kind
 				break
@@ -195,8 +247,16 @@ func Draw(seed uint64, backend string) Plan {
 			}
 		case RedisPause:
 			s.Dur = ms(r, 100, 2000)
+			if topoBackend(p.Backend) {
+				s.N = r.IntN(3) // the shard whose master freezes (a Cluster's)
+			}
 		case RedisLoss:
-			s.Flag = r.IntN(2) == 0
+			s.Flag = r.IntN(2) == 0 && !topoBackend(p.Backend) // a topology's is a FLUSHALL
+		case Failover:
+			s.N, s.Flag = r.IntN(3), r.IntN(2) == 0
+			if s.Flag {
+				s.Dur = ms(r, 0, 2000)
+			}
 		case Partition:
 			s.Dur = ms(r, 300, 3000)
 		case LostReply:
@@ -228,7 +288,7 @@ func (p Plan) End() time.Duration {
 	end := p.Params.Faults
 	for _, s := range p.Steps {
 		switch s.Kind {
-		case WorkerStop, HostKill, HostStop, RedisOutage, RedisPause, Partition, OpPauseAll, OpPauseQueue, OpDrain:
+		case WorkerStop, HostKill, HostStop, RedisOutage, RedisPause, Partition, OpPauseAll, OpPauseQueue, OpDrain, Failover:
 			end = max(end, s.At+s.Dur)
 		}
 	}

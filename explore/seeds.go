@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -38,8 +39,8 @@ func ReadReplays(path string) ([]Replay, error) {
 			continue
 		}
 		seed, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil || len(f) < 2 || (f[1] != BackendMini && f[1] != BackendReal) {
-			return nil, fmt.Errorf("%s:%d: want \"<seed> %s|%s [known <finding>]\"", path, n, BackendMini, BackendReal)
+		if err != nil || len(f) < 2 || !slices.Contains(Backends, f[1]) {
+			return nil, fmt.Errorf("%s:%d: want \"<seed> %s [known <finding>]\"", path, n, strings.Join(Backends, "|"))
 		}
 		r := Replay{Seed: seed, Backend: f[1]}
 		if len(f) > 2 {

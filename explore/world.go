@@ -17,6 +17,7 @@ import (
 	"github.com/vigil-dev/vigil/explore/internal/hostproto"
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/faultproxy"
+	"github.com/vigil-dev/vigil/internal/redisconn"
 	"github.com/vigil-dev/vigil/internal/testledger"
 	"github.com/vigil-dev/vigil/policy"
 	"github.com/vigil-dev/vigil/queue"
@@ -29,6 +30,7 @@ type Shared struct {
 	HostBin, WorkerBin string
 	ledger             *miniredis.Miniredis
 	ledgerRdb          *redis.Client
+	ports              ports // of the redis-server processes (SetPorts)
 }
 
 // NewShared starts the ledger's Redis for the binaries given.
@@ -57,7 +59,7 @@ type world struct {
 	pfx   string // Vigil's key prefix, unique to the seed
 	lpfx  string // the ledger's
 	be    backend
-	rdb   *redis.Client // straight to the backend, past every proxy
+	rdb   redis.UniversalClient // straight to the backend, past every proxy
 	store *health.Store
 	insp  *asynq.Inspector
 	qc    *queue.Client
@@ -131,29 +133,47 @@ func (w *world) maxHosts() int {
 // every worker is healthy.
 func (w *world) setup() error {
 	var err error
-	if w.p.Backend == BackendReal {
-		w.be, err = newServer()
-	} else {
+	switch w.p.Backend {
+	case BackendReal:
+		w.be, err = newServer(&w.sh.ports)
+	case BackendSentinel:
+		w.be, err = newSentinelTopo(&w.sh.ports, w.dir)
+	case BackendCluster:
+		w.be, err = newClusterTopo(&w.sh.ports, w.dir)
+	default:
 		w.be, err = newMini()
 	}
 	if err != nil {
 		return err
 	}
-	w.rdb = redis.NewClient(&redis.Options{Addr: w.be.Addr(), DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1, PoolSize: 8})
+	topo, _ := w.be.(topology)
+	if topo != nil {
+		// As Vigil's own clients: the sentinel's guard, the Cluster's
+		// slot map reloads (redisconn).
+		if w.rdb, err = redisconn.Open(topo.URL()); err != nil {
+			return err
+		}
+	} else {
+		w.rdb = redis.NewClient(&redis.Options{Addr: w.be.Addr(), DialTimeout: 300 * time.Millisecond,
+			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond, MaxRetries: -1, PoolSize: 8})
+	}
 	w.store = health.NewStore(w.rdb, w.pfx, 0)
 	w.insp = asynq.NewInspectorFromRedisClient(w.rdb)
 	w.ctl = queue.NewControl(w.store)
 	w.qc = queue.NewClient(w.store, queue.ClientConfig{Queues: w.queues()})
 	for i := range w.maxHosts() {
-		proxy, err := faultproxy.New(w.be.Addr())
-		if err != nil {
-			return err
+		var proxy *faultproxy.Proxy // none before a topology
+		if topo == nil {
+			if proxy, err = faultproxy.New(w.be.Addr()); err != nil {
+				return err
+			}
 		}
 		id := "h" + strconv.Itoa(i)
 		logf, err := os.Create(filepath.Join(w.dir, id+".log"))
 		if err != nil {
-			_ = proxy.Close()
+			if proxy != nil {
+				_ = proxy.Close()
+			}
 			return err
 		}
 		h := &host{idx: i, id: id, proxy: proxy, bin: w.sh.HostBin, logf: logf, onLag: w.load.hostLag}
@@ -179,8 +199,14 @@ func (w *world) setup() error {
 }
 
 func (w *world) hostConfig(h *host) hostproto.Config {
+	url := ""
+	if t, ok := w.be.(topology); ok {
+		url = t.URL()
+	} else {
+		url = "redis://" + h.proxy.Addr()
+	}
 	cfg := hostproto.Config{
-		Host: h.id, RedisURL: "redis://" + h.proxy.Addr(), Prefix: w.pfx,
+		Host: h.id, RedisURL: url, Prefix: w.pfx,
 		Lease: Lease, StopTimeout: StopTimeout, OpTimeout: OpTimeout,
 		Interval: HBInterval, TTL: HBTTL, StartTimeout: StartTimeout,
 		Policy: policy.Config{BackoffBase: BackoffBase, BackoffMax: BackoffMax, Window: CrashWindow,
@@ -324,7 +350,9 @@ func (w *world) teardown() {
 	w.bg.Wait()
 	w.killStragglers()
 	for _, h := range w.hosts {
-		_ = h.proxy.Close()
+		if h.proxy != nil {
+			_ = h.proxy.Close()
+		}
 	}
 	if w.rdb != nil {
 		_ = w.insp.Close() // closes nothing it did not open; the client is ours

@@ -1,6 +1,6 @@
 // Command explore runs the fault explorer (package explore): `make explore`.
 //
-//	explore [-seeds N] [-start S] [-seed S] [-budget D] [-redis miniredis|redis-server|mixed] [-j N] [-replay FILE] [-record FILE] [-v]
+//	explore [-seeds N] [-start S] [-seed S] [-budget D] [-redis miniredis|redis-server|sentinel|cluster|mixed] [-ports LO-HI] [-j N] [-replay FILE] [-record FILE] [-v]
 //
 // It first replays the seeds of the replay list, then runs seeds start,
 // start+1, … until N have run or the budget is spent, j at a time, and
@@ -12,9 +12,11 @@ package main
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/explore"
+	"github.com/vigil-dev/vigil/internal/redisconn"
 )
 
 func main() {
@@ -29,7 +32,8 @@ func main() {
 	start := flag.Uint64("start", 0, "first seed (0 = a random one, printed)")
 	one := flag.Uint64("seed", 0, "replay this seed alone, verbose")
 	budget := flag.Duration("budget", 0, "start no new seed after this long (0 = none); the replay list always runs whole")
-	backend := flag.String("redis", explore.BackendMixed, "miniredis, redis-server or mixed (by the seed's parity)")
+	backend := flag.String("redis", explore.BackendMixed, "miniredis, redis-server, sentinel (master, replica, sentinel), cluster (3 masters, 3 replicas), or mixed (miniredis or redis-server by the seed's parity)")
+	portRange := flag.String("ports", "", "start the redis-server processes on free ports of this range only, e.g. 6550-6649 (default: any free port)")
 	jobs := flag.Int("j", 2, "seeds run at once")
 	replay := flag.String("replay", "", "replay list run first (and where -record appends)")
 	record := flag.Bool("record", false, "append every new failing seed to the replay list")
@@ -40,10 +44,12 @@ func main() {
 	minimize := flag.Int("minimize", 0, "with -seed: shrink its schedule to the steps that still break this invariant")
 	tries := flag.Int("tries", 3, "with -minimize: runs of each candidate schedule")
 	flag.Parse()
-	switch *backend {
-	case explore.BackendMini, explore.BackendReal, explore.BackendMixed:
-	default:
-		fail("-redis must be miniredis, redis-server or mixed")
+	if *backend != explore.BackendMixed && !slices.Contains(explore.Backends, *backend) {
+		fail("-redis must be one of " + strings.Join(explore.Backends, ", ") + " or mixed")
+	}
+	lo, hi, err := explore.ParsePorts(*portRange)
+	if err != nil {
+		fail("-ports: " + err.Error())
 	}
 	if err := explore.Subreaper(); err != nil {
 		fail("become a subreaper: " + err.Error())
@@ -62,6 +68,11 @@ func main() {
 		fail(err.Error())
 	}
 	defer sh.Close()
+	sh.SetPorts(lo, hi)
+	// The explorer's own Redis clients (its judge's, on a Sentinel or a
+	// Cluster) log nothing: a failover's dial errors are the schedule's
+	// doing, and the hosts log theirs in their own logs.
+	redisconn.SetLogger(slog.New(slog.DiscardHandler))
 	opts := explore.Options{Backend: *backend, Verbose: *verbose, Out: os.Stdout, Keep: *keep}
 	if *only != "" {
 		for _, f := range strings.Split(*only, ",") {
