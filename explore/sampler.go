@@ -141,11 +141,15 @@ func (w *world) sampler(stop <-chan struct{}) {
 		if n++; n%20 == 0 { // once a second
 			w.load.load(loadAvg())
 		}
-		last = time.Now()
+		began := time.Now()
 		s := w.look(true)
-		if took := time.Since(last); !w.b.anyDisturbed(last.Add(-time.Second), time.Now()) {
+		if took := time.Since(began); !w.b.anyDisturbed(began.Add(-time.Second), time.Now()) {
 			w.load.redis(took)
 		}
+		// Late is measured from the end of this look: a read that Redis
+		// held (a frozen master, a Sentinel client waiting for the new
+		// master) is Redis's doing, not the machine's.
+		last = time.Now()
 		w.remember(s)
 		now := s.at
 		seen := map[string]bool{}

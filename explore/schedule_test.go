@@ -99,3 +99,47 @@ func TestScriptOn(t *testing.T) {
 		}
 	}
 }
+
+// On a replicated topology the menu has failovers and none of the faults
+// that need a single server's proxies; the other backends' plans are not
+// changed by it (their seeds replay as before).
+func TestDrawTopoMenu(t *testing.T) {
+	for _, b := range []string{BackendSentinel, BackendCluster} {
+		seen := map[Kind]int{}
+		kills := 0
+		for seed := uint64(1); seed <= 300; seed++ {
+			p := Draw(seed, b)
+			if p.Params.Backend != b {
+				t.Fatalf("%s seed %d: drawn for %s", b, seed, p.Params.Backend)
+			}
+			for _, s := range p.Steps {
+				seen[s.Kind]++
+				switch s.Kind {
+				case RedisOutage, RedisRestart, Partition, LostReply:
+					t.Fatalf("%s seed %d: %s, which needs a single server's proxies", b, seed, s)
+				case RedisLoss:
+					if s.Flag {
+						t.Fatalf("%s seed %d: an empty restart", b, seed)
+					}
+				case Failover:
+					if s.N < 0 || s.N > 2 || (!s.Flag && s.Dur != 0) || s.Dur > 2*time.Second {
+						t.Fatalf("%s seed %d: %+v", b, seed, s)
+					}
+					if s.Flag {
+						kills++
+					}
+				}
+			}
+		}
+		if seen[Failover] < 100 || kills == 0 || kills == seen[Failover] || seen[RedisPause] == 0 || seen[RedisLoss] == 0 {
+			t.Fatalf("%s: %d failovers (%d kills), %d pauses, %d flushes in 300 seeds", b, seen[Failover], kills, seen[RedisPause], seen[RedisLoss])
+		}
+	}
+	for seed := uint64(1); seed <= 300; seed++ {
+		for _, s := range Draw(seed, BackendMixed).Steps {
+			if s.Kind == Failover {
+				t.Fatalf("seed %d: a failover on a single server", seed)
+			}
+		}
+	}
+}

@@ -176,6 +176,7 @@ func main() {
 				// A failure on an overloaded machine is run again: the
 				// timings are real, and a busy machine breaks them by itself.
 				inconclusive := false
+				first := r
 				for try := 0; r.Failed() && r.Overloaded && try < 2; try++ {
 					again := explore.RunSeed(t.seed, o, sh)
 					if !again.Failed() {
@@ -187,7 +188,7 @@ func main() {
 				mu.Lock()
 				if inconclusive {
 					sum.Inconclusive = append(sum.Inconclusive, t.seed)
-					fmt.Printf("seed %d failed only on an overloaded machine (%s): inconclusive\n", t.seed, r.Load)
+					fmt.Printf("seed %d failed only on an overloaded machine (%s): inconclusive; it failed with: %s\n", t.seed, first.Load, first.Violations[0])
 					r.Violations = nil
 				}
 				sum.Add(r)
