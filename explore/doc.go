@@ -5,7 +5,9 @@
 // vigilhost processes (one Supervisor each, its own host id, instance and
 // Redis client, behind a fault proxy of its own), real worker processes
 // (chaosworker, writing every job run to a ledger in a Redis apart), a real
-// redis-server or miniredis, jobs enqueued through asynq all along — and
+// redis-server or miniredis — or a replicated Redis (a Sentinel topology,
+// a Cluster with replicas) that the schedule fails over — jobs enqueued
+// through asynq all along — and
 // checks the invariants every 50 ms from /proc and Redis, then at the end
 // of the seed. A violation prints the seed, the schedule so far and the
 // evidence; running the seed again replays the same schedule.

@@ -207,3 +207,17 @@ func (n *rnode) frozen() bool {
 	defer n.mu.Unlock()
 	return n.cmd != nil && n.stop
 }
+
+// describe says what n says of its replication, for an error.
+func (n *rnode) describe() string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c := n.client()
+	defer c.Close()
+	m, err := replication(ctx, c)
+	if err != nil {
+		return n.name + ": " + err.Error()
+	}
+	return fmt.Sprintf("%s: role %s, master %s:%s, link %s, sync in progress %s", n.name, m["role"], m["master_host"], m["master_port"],
+		m["master_link_status"], m["master_sync_in_progress"])
+}

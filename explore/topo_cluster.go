@@ -55,7 +55,7 @@ func newClusterTopo(pp *ports, parent string) (*clusterTopo, error) {
 		n := &rnode{name: "node" + strconv.Itoa(i), port: port, dir: dir, args: []string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", dir, "--dbfilename", "dump-" + strconv.Itoa(port) + ".rdb",
-			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+			"--repl-diskless-sync-delay", "0", "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
 			"--cluster-config-file", "nodes-" + strconv.Itoa(port) + ".conf",
 			"--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10)}}
 		t.nodes = append(t.nodes, n)
@@ -321,7 +321,7 @@ func (t *clusterTopo) Failover(ctx context.Context, i int, kill bool) (*failover
 		}
 		began := time.Now()
 		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, r), nil }); err != nil {
-			return "", fmt.Errorf("%s not a replica of %s in sync: %w", m.name, r.name, err)
+			return "", fmt.Errorf("%s not a replica of %s in sync: %w (%s)", m.name, r.name, err, m.describe())
 		}
 		return fmt.Sprintf("%s is a replica of %s in sync (%s)", m.name, r.name, time.Since(began).Round(time.Millisecond)), nil
 	}

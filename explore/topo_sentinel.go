@@ -51,7 +51,7 @@ func newSentinelTopo(pp *ports, parent string) (*sentinelTopo, error) {
 	t := &sentinelTopo{pp: pp, taken: ps, dir: dir}
 	base := func(port int) []string {
 		return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--dir", dir, "--dbfilename", "dump-" + strconv.Itoa(port) + ".rdb"}
+			"--dir", dir, "--dbfilename", "dump-" + strconv.Itoa(port) + ".rdb", "--repl-diskless-sync-delay", "0"}
 	}
 	for i := range t.data {
 		t.data[i] = &rnode{name: "data" + strconv.Itoa(i), port: ps[i], dir: dir, args: base(ps[i])}
@@ -235,7 +235,7 @@ func (t *sentinelTopo) Failover(ctx context.Context, _ int, kill bool) (*failove
 		// next INFO (every 10 s); a failover before then is refused.
 		began := time.Now()
 		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, r), nil }); err != nil {
-			return "", fmt.Errorf("%s not a replica of %s in sync: %w", m.name, r.name, err)
+			return "", fmt.Errorf("%s not a replica of %s in sync: %w (%s)", m.name, r.name, err, m.describe())
 		}
 		return fmt.Sprintf("%s is a replica of %s in sync (%s)", m.name, r.name, time.Since(began).Round(time.Millisecond)), nil
 	}
@@ -310,7 +310,7 @@ func (t *sentinelTopo) Freeze(ctx context.Context, _ int) (string, thawFunc, err
 			return "", true, err
 		}
 		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, now), nil }); err != nil {
-			return "", true, fmt.Errorf("%s not a replica of %s in sync: %w", m.name, now.name, err)
+			return "", true, fmt.Errorf("%s not a replica of %s in sync: %w (%s)", m.name, now.name, err, m.describe())
 		}
 		return fmt.Sprintf("master %s continued; the sentinel had failed it over to %s meanwhile: %s made its replica, in sync", m.name, now.name, m.name), true, nil
 	}
