@@ -109,6 +109,11 @@ const (
 	whyStopped = "host stopped"
 )
 
+// whyFailover is the window of a failover, from the fault to the new
+// master's announcement: the hosts could not write, as in an outage, but
+// it excuses no job run twice (issue 17: none with the Sentinel guard).
+const whyFailover = "redis failover"
+
 // stoppedCut reports whether host was stopped gracefully at some moment of
 // [from, to] and cut from Redis (a Redis fault, not its own stop) in that
 // span too: what it had to requeue on the way out could not be.
@@ -137,10 +142,15 @@ func (b *book) stoppedCut(host string, from, to time.Time) bool {
 // disturbed reports whether host was disturbed at any moment of
 // [from, to] or less than grace before from.
 func (b *book) disturbed(host string, from, to time.Time, grace time.Duration) bool {
+	return b.disturbedBut(host, from, to, grace, "")
+}
+
+// disturbedBut is disturbed, not counting the windows of why but.
+func (b *book) disturbedBut(host string, from, to time.Time, grace time.Duration, but string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, w := range b.windows {
-		if w.host != "" && w.host != host {
+		if w.host != "" && w.host != host || but != "" && w.why == but {
 			continue
 		}
 		if w.from.After(to) {

@@ -58,3 +58,21 @@ func TestBookWindows(t *testing.T) {
 		t.Errorf("quietSince %s, want the last window's end", q.Sub(t0))
 	}
 }
+
+// A failover's window is a disturbance, but not one that disturbedBut
+// counts when told to leave it out (it excuses no job run twice).
+func TestBookFailoverWindowLeftOut(t *testing.T) {
+	t0 := time.Now()
+	b := newBook(t0, nil)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	b.windows = []*window{
+		{host: "", from: at(1000), to: at(2000), why: whyFailover},
+		{host: "h1", from: at(3000), to: at(4000), why: "partition"},
+	}
+	if !b.disturbed("h0", at(0), at(2500), 0) || b.disturbedBut("h0", at(0), at(2500), 0, whyFailover) {
+		t.Fatal("h0 during the failover: disturbed, but not leaving the failover out")
+	}
+	if !b.disturbedBut("h1", at(0), at(5000), 0, whyFailover) {
+		t.Fatal("h1's partition is still counted")
+	}
+}

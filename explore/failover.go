@@ -12,7 +12,7 @@ import (
 func (w *world) failover(s Step) {
 	t := w.be.(topology)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	win := w.b.open("", "redis failover")
+	win := w.b.open("", whyFailover)
 	f, err := t.Failover(ctx, s.N, s.Flag)
 	cancel()
 	if err != nil {

@@ -397,14 +397,18 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 // a process that ended before the jobs settled — killed, or stopped: with
 // stop_timeout at its floor a stopped worker gets no time to finish, and
 // asynq requeues what its handlers were doing — or whose host lost Redis
-// meanwhile.
+// meanwhile (to an outage, a partition, a pause: a failover is no excuse).
 func (w *world) unexplainedDuplicate(v ledgerView, id string, j jobRec) string {
 	pids := v.completers[id]
 	var bad []string
 	for _, pid := range pids[:len(pids)-1] {
 		_, host := v.procOf(pid)
 		_, _, _, alive := stat(pid)
-		if !alive || v.killed(pid) || w.b.disturbed(host, j.at, time.Now(), 0) {
+		if !alive || v.killed(pid) || w.b.disturbedBut(host, j.at, time.Now(), 0, whyFailover) {
+			continue
+		}
+		if w.b.disturbed(host, j.at, time.Now(), 0) {
+			bad = append(bad, fmt.Sprintf("pid %d (%s) still runs, and its host lost Redis only to a failover", pid, host))
 			continue
 		}
 		bad = append(bad, fmt.Sprintf("pid %d (%s) still runs, and its host kept Redis all along", pid, host))
