@@ -173,13 +173,32 @@ func replication(ctx context.Context, c *redis.Client) (map[string]string, error
 	return m, nil
 }
 
-// replicaOf reports whether n is a replica of master in sync with it.
+// replicaOf reports whether n is a replica of master in sync with it: it
+// says its link is up, and the master streams it its writes (state
+// online). The replica says "up" as soon as it loaded the master's copy;
+// the master streams the writes made since only once the replica's first
+// acknowledgement came (up to a second later, Redis 7): a master killed
+// in between takes them along (found by cluster seed 85001, when the
+// explorer took "up" for in sync).
 func (n *rnode) replicaOf(ctx context.Context, master *rnode) bool {
 	c := n.client()
 	defer c.Close()
 	m, err := replication(ctx, c)
-	return err == nil && m["role"] == "slave" && m["master_link_status"] == "up" &&
-		m["master_host"]+":"+m["master_port"] == master.addr()
+	if err != nil || m["role"] != "slave" || m["master_link_status"] != "up" || m["master_host"]+":"+m["master_port"] != master.addr() {
+		return false
+	}
+	mc := master.client()
+	defer mc.Close()
+	mm, err := replication(ctx, mc)
+	if err != nil {
+		return false
+	}
+	for k, v := range mm {
+		if strings.HasPrefix(k, "slave") && strings.Contains(v, "port="+strconv.Itoa(n.port)+",") && strings.Contains(v, "state=online") {
+			return true
+		}
+	}
+	return false
 }
 
 // pollUntil calls f every 20 ms until it returns true, an error it wants
