@@ -35,17 +35,17 @@ type clusterState struct {
 	sizes        map[string]int
 	draining     bool
 	leader       bool
-	freeSeen     bool                 // free slots were left at the previous tick
-	scanNext     bool                 // the next claim reads every lease (see needScan)
-	alive        map[string]bool      // hosts alive at the last tick
-	scannedSizes string               // pool sizes at the last tick
-	unreleased   []health.ComponentID // forgotten while Redis did not answer: released at the next tick
-	lastStats    map[string]string    // leader: last announced queue stats
-	tick         func() bool          // stops the tick timer
-	early        time.Duration        // next tick sooner than a third of a lease
-	refused      map[string]string    // queue → pool size in Redis refused (logged once)
-	left         bool                 // shut down: leases released, no more ticks
-	hostWritten  time.Time            // real time of the last write of this host's record (it expires a lease later)
+	freeSeen     bool               // free slots were left at the previous tick
+	scanNext     bool               // the next claim reads every lease (see needScan)
+	alive        map[string]bool    // hosts alive at the last tick
+	scannedSizes string             // pool sizes at the last tick
+	unreleased   []health.Component // forgotten while Redis did not answer (their last records): released at the next tick
+	lastStats    map[string]string  // leader: last announced queue stats
+	tick         func() bool        // stops the tick timer
+	early        time.Duration      // next tick sooner than a third of a lease
+	refused      map[string]string  // queue → pool size in Redis refused (logged once)
+	left         bool               // shut down: leases released, no more ticks
+	hostWritten  time.Time          // real time of the last write of this host's record (it expires a lease later)
 }
 
 // joinCluster registers this host (DESIGN.md §11): a live record with this

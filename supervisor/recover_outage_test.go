@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -97,4 +98,61 @@ type lateRecoverer struct{ r *queue.Recoverer }
 
 func (l *lateRecoverer) Recover(ctx context.Context, id health.ComponentID, pid int) (int, error) {
 	return l.r.Recover(ctx, id, pid)
+}
+
+// A slot released because its pool shrank, whose worker ends while Redis
+// is cut off, is still removed once Redis answers again (issue 20's
+// cleanup, E20's outage): the release's last writes (the record stopped,
+// then the slot's keys removed) were refused, and the worker forgotten. It
+// used to stay listed as stopping, with its keys, for good: no host holds
+// a slot beyond its pool to clean it up.
+func TestShrunkDuringOutageRemovedWhenRedisIsBack(t *testing.T) {
+	t.Parallel()
+	q := "e20r" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	h, p, direct := proxiedHarness(t, supervisor.Config{
+		// The worker ignores SIGTERM: its release lasts stop_timeout,
+		// time to cut Redis before it ends.
+		Pools:       []supervisor.Pool{{Queue: q, Workers: 1, Command: []string{testWorker, "ignore-term"}}},
+		Policy:      longBackoff,
+		Lease:       clusterLease,
+		StopTimeout: 2 * time.Second,
+		OpTimeout:   300 * time.Millisecond,
+	})
+	killStrays(t, h.cfg.Prefix)
+	id := health.ComponentID{Queue: q}
+	h.start()
+	h.waitFor(id, isStatus(health.StatusHealthy))
+
+	mark := h.logs.mark()
+	if err := supervisor.SetPoolSize(context.Background(), direct, q, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.logs.wait(t, mark, waitTimeout, `msg="releasing slot"`, "component="+id.String())
+	p.Refuse(true)
+	p.Cut()
+	h.logs.wait(t, mark, waitTimeout, `msg="worker stopped"`, "component="+id.String())
+	mark = h.logs.mark()
+	p.Refuse(false)
+	h.logs.wait(t, mark, waitTimeout, "redis reachable again")
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		ids, err := direct.IDs(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(ids, id) {
+			break
+		}
+		if time.Now().After(deadline) {
+			c, _ := direct.Get(context.Background(), id)
+			t.Fatalf("%s still listed %v after Redis answered again: %s (%s)", id, waitTimeout, c.Status, c.Reason)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond): // polling Redis, not waiting for a goroutine
+		case <-t.Context().Done():
+			return
+		}
+	}
+	h.sync()
+	assertGone(t, direct, id)
 }

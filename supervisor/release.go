@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
@@ -81,7 +82,7 @@ func (s *Supervisor) forget(t step, releaseLease bool) {
 		return
 	}
 	if s.redis.down() {
-		s.cluster.unreleased = append(s.cluster.unreleased, w.id)
+		s.cluster.unreleased = append(s.cluster.unreleased, w.rec)
 		return
 	}
 	// A slot beyond its shrunk pool goes for good, its lease with it
@@ -97,30 +98,63 @@ func (s *Supervisor) forget(t step, releaseLease bool) {
 	defer cancel()
 	if err := s.store.ReleaseSlot(ctx, w.id, s.cluster.me); err != nil {
 		s.logw(w).Warn("release slot lease", "err", err)
-		s.cluster.unreleased = append(s.cluster.unreleased, w.id)
+		s.cluster.unreleased = append(s.cluster.unreleased, w.rec)
 	}
 }
 
 // releaseLater gives up the leases that forget could not release (Redis
 // did not answer) and shows those slots free: their leases would
 // otherwise run out unseen by the other hosts, which read only the free
-// set in steady state (see claim).
+// set in steady state (see claim). A slot beyond its shrunk pool is
+// removed instead, as forget would have (removeLater).
 func (s *Supervisor) releaseLater(ctx context.Context) error {
 	var ids []health.ComponentID
-	for _, id := range s.cluster.unreleased {
-		if s.workers[id] != nil {
-			continue // held again since
+	for len(s.cluster.unreleased) > 0 {
+		rec := s.cluster.unreleased[0]
+		switch {
+		case s.workers[rec.ID] != nil: // held again since
+		case s.beyondPool(rec.ID):
+			if err := s.removeLater(ctx, rec); err != nil {
+				return err
+			}
+		default:
+			if err := s.store.ReleaseSlot(ctx, rec.ID, s.cluster.me); err != nil {
+				return err
+			}
+			ids = append(ids, rec.ID)
 		}
-		if err := s.store.ReleaseSlot(ctx, id, s.cluster.me); err != nil {
-			return err
-		}
-		ids = append(ids, id)
+		s.cluster.unreleased = s.cluster.unreleased[1:]
 	}
-	if err := s.store.MarkFree(ctx, ids); err != nil {
-		return err
+	return s.store.MarkFree(ctx, ids)
+}
+
+// removeLater removes a slot beyond its pool whose release ended while
+// Redis did not answer: its last record (stopped) is written, then its
+// keys removed. Nothing else would: no host holds a slot beyond its pool,
+// and the record said what it said before the outage (healthy, listed for
+// good). Another host holding the slot meanwhile keeps it.
+func (s *Supervisor) removeLater(ctx context.Context, rec health.Component) error {
+	if rec.Status != health.StatusStopped && rec.Status != health.StatusFailed {
+		rec.Status, rec.Held, rec.Reason = health.StatusStopped, false, "pool shrink"
 	}
-	s.cluster.unreleased = nil
-	return nil
+	rec.UpdatedAt = s.cfg.Clock.Now()
+	// NoCheck: Redis still holds a state from before the outage (healthy,
+	// stopping); the writes in between were refused, the process is gone.
+	_, err := s.store.Write(ctx, rec, health.Write{Actor: health.ActorMonitor, NoCheck: true, Owner: s.cluster.me})
+	if err == nil {
+		err = s.store.Remove(ctx, rec, s.cluster.me, s.cfg.Clock.Now())
+	}
+	var te *health.TransitionError
+	switch {
+	case err == nil:
+		s.log.Info("worker removed: its slot is beyond its pool", "component", rec.ID.String(),
+			"restarts", rec.Restarts.LifetimeRestarts, "after", "redis unreachable")
+		return nil
+	case errors.Is(err, health.ErrNotOwner), errors.As(err, &te):
+		s.log.Warn("remove worker beyond its pool", "component", rec.ID.String(), "err", err)
+		return nil
+	}
+	return err
 }
 
 // fence stops w at once: its lease is another host's now (DESIGN.md §11).
