@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"testing"
@@ -81,21 +82,15 @@ func TestCurrentJobEventsEndAtTheRecord(t *testing.T) {
 	// A long job, to end with a current job that changed after the last
 	// status change.
 	long := enqueue(4000)
-	deadline := time.Now().Add(20 * time.Second)
-	var rec health.Component
-	for {
-		var err error
-		rec, err = h.store.Get(ctx(t), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.CurrentJob == long.ID {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the long job never became current: %+v", rec)
-		}
-		h.waitNextEvent()
+	// Its processing event is in the stream (the record's current job is
+	// written in the same round trip, just before it).
+	h.waitJobEvent(long.ID, queue.StateProcessing)
+	rec, err := h.store.Get(ctx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.CurrentJob != long.ID {
+		t.Fatalf("record while the long job runs: %+v", rec)
 	}
 	// Every event before this marker reaches the client before it.
 	marker := h.emit(id.Topic(), "marker")
@@ -115,6 +110,38 @@ func TestCurrentJobEventsEndAtTheRecord(t *testing.T) {
 	if last.Status != string(rec.Status) || last.PID != rec.PID || last.CurrentJob != rec.CurrentJob || last.CurrentSeq != rec.CurrentSeq {
 		t.Errorf("last worker_update: status %s pid %d job %q seq %d; record: status %s pid %d job %q seq %d",
 			last.Status, last.PID, last.CurrentJob, last.CurrentSeq, rec.Status, rec.PID, rec.CurrentJob, rec.CurrentSeq)
+	}
+}
+
+// waitJobEvent blocks until the stream holds task's event of state (on
+// the task's topic).
+func (h *harness) waitJobEvent(task string, state queue.JobState) {
+	h.tb.Helper()
+	c := ctx(h.tb)
+	topic := queue.JobTopic(h.q1, task)
+	last := "0"
+	for {
+		res, err := h.redis.Client.XRead(c, &redis.XReadArgs{Streams: []string{h.store.Keys().Events(), last}, Block: 2 * time.Second, Count: 1000}).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			h.tb.Fatalf("wait for %s's %s event: %v", task, state, err)
+		}
+		for _, m := range res[0].Messages {
+			last = m.ID
+			if m.Values["topic"] != topic {
+				continue
+			}
+			var e health.Event
+			data, _ := m.Values["data"].(string)
+			if json.Unmarshal([]byte(data), &e) != nil {
+				continue
+			}
+			if je, err := queue.DecodeJobEvent(e); err == nil && je.State == state {
+				return
+			}
+		}
 	}
 }
 
