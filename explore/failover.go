@@ -17,6 +17,7 @@ func (w *world) failover(s Step) {
 	cancel()
 	if err != nil {
 		w.b.close(win)
+		w.b.count(FailoverRefused)
 		w.b.logf("failover of shard %d: not done: %v", s.N, err)
 		return
 	}
@@ -62,6 +63,9 @@ const (
 	FailoverKill   Kind = "failover(kill)"
 	FailoverManual Kind = "failover(manual)"
 	PauseFailover  Kind = "redis-pause(failed over)"
+	// Steps not done: the shard had no replica in sync, or was busy.
+	FailoverRefused Kind = "failover(not done)"
+	PauseRefused    Kind = "redis-pause(not done)"
 )
 
 // freeze is a redis-pause on a topology: the master of the step's shard
@@ -75,6 +79,7 @@ func (w *world) freeze(s Step) {
 	cancel()
 	if err != nil {
 		w.b.close(win)
+		w.b.count(PauseRefused)
 		w.b.logf("redis-pause of shard %d: not done: %v", s.N, err)
 		return
 	}
