@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"os/signal"
 	"strconv"
@@ -271,6 +272,10 @@ func (r *reaper) run(wake, stop, done chan struct{}) {
 			}
 			continue
 		case <-due:
+			if !r.adoptedZombie() && !r.due() {
+				due = nil
+				continue
+			}
 		case <-wake:
 		case <-t.C:
 			if !r.due() {
@@ -281,6 +286,29 @@ func (r *reaper) run(wake, stop, done chan struct{}) {
 		r.pass()
 	}
 }
+
+// adoptedZombie reports whether a child of this process other than a
+// worker leader may be a zombie: the SIGCHLD pass is needed only then (to
+// reap it). Most SIGCHLDs come from a worker leader, which os/exec reaps
+// (by the time the pass is due, 20 ms later, it has), and the pass, a
+// read of every /proc/<pid>/stat of the machine, was most of the
+// supervisor's CPU at a worker's crash (issue 14, P1). waitid with
+// WNOWAIT peeks at one exited child without reaping it: none, no need;
+// any other (a leader os/exec has not reaped yet hides the others behind
+// it), the pass runs.
+func (r *reaper) adoptedZombie() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(pAll, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if err != nil {
+		return !errors.Is(err, unix.ECHILD) // no child at all: no zombie
+	}
+	// siginfo_t's si_pid follows si_signo, si_errno, si_code and padding.
+	pid := int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), 16)))
+	return pid != 0
+}
+
+// pAll is waitid's P_ALL: any child.
+const pAll = 0
 
 // proc is one line of /proc/<pid>/stat.
 type proc struct {
