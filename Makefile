@@ -53,6 +53,8 @@ test-redis: cgo-check ## run the suite against a real Redis (needs VIGIL_TEST_RE
 # real topologies from redis-server binaries on ports 6431-6459: a
 # Sentinel (master, replica, sentinel) and a 6-node Cluster with replicas,
 # two vigil hosts and a pool, and fails Redis over under a stream of jobs.
+# VIGIL_FAILOVER_PORT_BASE=6500 moves those ports to 6500-6528 (two runs on
+# one machine).
 RUNS    ?= 1
 ONLY    ?=
 OUT     ?=

@@ -21,7 +21,7 @@ import (
 
 // Ports of the durable-enqueue test and benchmark (a master, its replica,
 // a sentinel), apart from the scenarios'.
-var durablePorts = testtopo.SentinelPorts{Master: 6434, Replica: 6435, Sentinel: 6436}
+var durablePorts = testtopo.SentinelPorts{Master: port(6434), Replica: port(6435), Sentinel: port(6436)}
 
 // TestDurableEnqueue: with durable_enqueue the API answers 201 only once
 // the job is on a replica; with the replica gone it answers 503 with

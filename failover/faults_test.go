@@ -3,6 +3,7 @@ package failover_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func init() {
 	scenarios = append(scenarios, sc)
 }
 
-var pairPorts = [2]int{6437, 6438}
+var pairPorts = [2]int{port(6437), port(6438)}
 
 // refusedFor is how long the hosts' Redis refuses their calls (READONLY,
 // CLUSTERDOWN): shorter than the lease (10 s), longer than a third of it
@@ -72,7 +73,7 @@ var faultScenarios = []scenario{
 			at := s.Master.Pause()
 			return outageFor(ctx, at, s.Master.Resume)
 		}
-	}, check: wantUnreachable("sentinel " + testtopo.MasterName + " via 127.0.0.1:6433")},
+	}, check: wantUnreachable("sentinel " + testtopo.MasterName + " via 127.0.0.1:" + strconv.Itoa(port(6433)))},
 	{name: "fault/sentinels-down", start: func(t *testing.T) (string, func(context.Context) (time.Time, testtopo.Switch, error)) {
 		s := testtopo.StartSentinel(t, sentinelPorts, testtopo.SentinelConfig{DownAfter: time.Minute})
 		return s.URL, func(ctx context.Context) (time.Time, testtopo.Switch, error) {
@@ -85,7 +86,7 @@ var faultScenarios = []scenario{
 				return s.Master.Resume()
 			})
 		}
-	}, check: wantUnreachable("sentinel " + testtopo.MasterName + " via 127.0.0.1:6433")},
+	}, check: wantUnreachable("sentinel " + testtopo.MasterName + " via 127.0.0.1:" + strconv.Itoa(port(6433)))},
 }
 
 // outageFor waits refusedFor after at, then ends the fault with end.

@@ -37,9 +37,12 @@ const (
 	// envLogs, if set, names a directory where each run's host logs are
 	// kept (<scenario>-run<n>-<host>.log).
 	envLogs = "VIGIL_FAILOVER_LOGS"
+	// envPortBase, if set, moves every port of the suite (6431-6459 by
+	// default) to start there instead, so that two runs on one machine
+	// (two sessions, a CI job beside a developer) do not collide.
+	envPortBase = "VIGIL_FAILOVER_PORT_BASE"
 
 	queueName   = "fo"
-	ledgerPort  = 6459
 	jobMS       = 50
 	enqueueStep = 100 * time.Millisecond
 	warmUp      = 2 * time.Second
@@ -49,9 +52,19 @@ const (
 )
 
 var (
-	sentinelPorts = testtopo.SentinelPorts{Master: 6431, Replica: 6432, Sentinel: 6433}
-	clusterPorts  = []int{6440, 6441, 6442, 6443, 6444, 6445}
+	sentinelPorts = testtopo.SentinelPorts{Master: port(6431), Replica: port(6432), Sentinel: port(6433)}
+	clusterPorts  = []int{port(6440), port(6441), port(6442), port(6443), port(6444), port(6445)}
+	ledgerPort    = port(6459)
 )
+
+// port is the suite's port p (6431-6459), moved by VIGIL_FAILOVER_PORT_BASE.
+func port(p int) int {
+	base, err := strconv.Atoi(os.Getenv(envPortBase))
+	if err != nil || base <= 0 {
+		return p
+	}
+	return p - 6431 + base
+}
 
 // scenario is a topology and a fault. start returns Vigil's Redis URL and
 // the fault, which returns when it was injected and when the new master
