@@ -3,6 +3,8 @@ package failover_test
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,6 +85,9 @@ func TestClusterShardFailoverJudgesOthers(t *testing.T) {
 			if t.Failed() {
 				t.Logf("supervisor %s log:\n%s", h, logs[i].String())
 			}
+			if dir := os.Getenv(envLogs); dir != "" {
+				_ = os.WriteFile(filepath.Join(dir, "cluster-shard-"+h+".log"), []byte(logs[i].String()), 0o644)
+			}
 		}()
 	}
 
@@ -140,6 +145,14 @@ func TestClusterShardFailoverJudgesOthers(t *testing.T) {
 	leadership0 := countLines(logs, "leadership changed")
 
 	killed := a.Master.Kill()
+	promoted := make(chan testtopo.Switch, 1)
+	go func() {
+		sw, err := c.WaitPromoted(ctx, a.Replica)
+		if err != nil {
+			t.Errorf("WaitPromoted: %v", err)
+		}
+		promoted <- sw
+	}()
 	if err := syscall.Kill(frozen.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -158,10 +171,7 @@ func TestClusterShardFailoverJudgesOthers(t *testing.T) {
 		}
 		<-time.After(50 * time.Millisecond) // polling the supervisors' logs
 	}
-	sw, err := c.WaitPromoted(ctx, a.Replica)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sw := <-promoted
 	t.Logf("RESULT cluster-shard: frozen worker on another shard killed %s after SIGSTOP (ttl %s); new master %s after the kill",
 		hung.Sub(stopped).Round(time.Millisecond), ttl, sw.Promoted.Sub(killed).Round(time.Millisecond))
 	switch {

@@ -5,30 +5,45 @@ import "time"
 // availability is the monitor's judgement of whether Redis answers, made
 // from the monitor's own calls (no separate probe while Redis answers). It
 // decides when a heartbeat may be judged (DESIGN.md §11, issue 17 item 2):
-// only if Redis answered for the whole TTL before the deadline. A worker
-// cannot beat while Redis does not answer, so a key that expired during an
-// outage or a stall says nothing about the worker; the grace starts when
-// Redis answers again.
+// only if the shard that holds the heartbeat answered for the whole TTL
+// before the deadline. A worker cannot beat while its shard does not
+// answer, so a key that expired during an outage or a stall says nothing
+// about the worker; the grace starts when that shard answers again.
 //
-// Redis did not answer:
-//   - from a failed call until a probe is answered again (an outage:
-//     lost, then back);
-//   - for the length of a call that answered, but only after more than
-//     slow (a stall: a paused server, a network that holds the bytes); no
-//     call fails then, yet the workers could not beat either (fault
-//     explorer E14).
+// A shard did not answer:
+//   - from a failed call to it until a call to it is answered again (an
+//     outage: lost, then back);
+//   - for the length of a call to it that answered, but only after more
+//     than slow (a stall: a paused server, a network that holds the
+//     bytes); no call fails then, yet the workers could not beat either
+//     (fault explorer E14).
 //
 // A stall is seen only by a call that overlaps it, so the monitor makes
-// one at least every pulse while it judges heartbeats (the tick's lease
-// renewal, else a PING: Supervisor.pulse). Only a stall longer than
+// one to every shard that holds a running worker's heartbeat at least
+// every pulse (the tick's lease renewal, a heartbeat read, else the
+// pulse's own: Supervisor.pulse). Only a stall or outage longer than
 // TTL − heartbeat interval can cost a live worker its key; with pulse =
 // (TTL − interval)/3 and slow ≤ pulse, the call overlapping such a stall
-// lasts more than 2·pulse and is seen.
+// lasts more than 2·pulse and is seen, and a call during such an outage
+// fails.
 //
-// It judges Redis as one thing. On a Redis Cluster each shard would get a
-// value of its own (keyed by the node that served the call), fed by the
-// calls to that shard, and a heartbeat would be judged by the shard that
-// holds its key: the API below stays as it is.
+// Shards. A single Redis (plain or behind Sentinel) is one shard,
+// wholeRedis, judged as one thing: the same value as the whole Redis
+// below. On a Redis Cluster a shard is known by the hash slot of the
+// worker's keys (they share one hash tag): a slot is served by one master
+// at a time, and keeps its identity through a failover (its replica takes
+// the same slots), which a node's address would not. Each slot's value is
+// fed by the monitor's calls that touch it (heartbeat reads, lease
+// renewals, the rewrite after an outage, the pulse, timed per node). While
+// one shard fails over, the workers of the others are judged as usual: a
+// hung one is killed within its TTL, not a failover plus a TTL later.
+//
+// The whole Redis (down, outage, answeringSince) is what the rest of the
+// monitor goes by: a failed call to any shard is an outage of the control
+// plane (no tick, no lease moved, records kept in memory) until every
+// shard answers again (Supervisor.probeRedis). Nothing is moved for a
+// failover shorter than the lease, and no host is judged lost until Redis
+// answered for a tick after it.
 //
 // Owned by the monitor goroutine; no lock.
 type availability struct {
@@ -37,22 +52,59 @@ type availability struct {
 	outages     uint64    // outages so far (the current one while down)
 	since       time.Time // when Redis last began answering (zero: always has)
 	last        time.Time // when the last timed call was answered
+	// slots: a Redis Cluster's shards, by hash slot (see shardOf); absent
+	// until a call to it is seen (it answered always, as far as we know).
+	slots map[shard]*span
+}
+
+// shard names where a worker's keys live: wholeRedis, or on a Redis
+// Cluster the hash slot of its keys.
+type shard int
+
+// wholeRedis is the one shard of a Redis that is not a Cluster.
+const wholeRedis shard = -1
+
+// span is one cluster shard's value: down since a call to it failed,
+// answering since when, last answered when.
+type span struct {
+	isDown      bool
+	since, last time.Time
 }
 
 // newAvailability judges heartbeats of TTL ttl beaten every interval, by
 // calls bounded by opTimeout.
 func newAvailability(ttl, interval, opTimeout time.Duration) availability {
 	pulse := max((ttl-interval)/3, time.Millisecond)
-	return availability{pulse: pulse, slow: min(pulse, opTimeout/2)}
+	return availability{pulse: pulse, slow: min(pulse, opTimeout/2), slots: map[shard]*span{}}
 }
 
 // quiet reports whether no timed call was answered for a pulse before now:
 // the monitor should make one.
 func (a *availability) quiet(now time.Time) bool { return now.Sub(a.last) >= a.pulse }
 
+// quietShard reports whether no timed call to cluster shard sh was
+// answered for a pulse before now.
+func (a *availability) quietShard(sh shard, now time.Time) bool {
+	if sh == wholeRedis {
+		return a.quiet(now)
+	}
+	sp := a.slots[sh]
+	return sp == nil || sp.isDown || now.Sub(sp.last) >= a.pulse
+}
+
 // down reports whether Redis is unreachable now (a call failed, and no
 // probe has been answered since).
 func (a *availability) down() bool { return a.isDown }
+
+// shardDown reports whether a call to shard sh failed and none to it has
+// been answered since.
+func (a *availability) shardDown(sh shard) bool {
+	if sh == wholeRedis {
+		return a.isDown
+	}
+	sp := a.slots[sh]
+	return sp != nil && sp.isDown
+}
 
 // outage numbers the current outage, 0 while Redis answers (a process
 // started during an outage is marked with it).
@@ -74,36 +126,90 @@ func (a *availability) lost() bool {
 	return true
 }
 
+// shardLost records a failed call to cluster shard sh. The call failing
+// is an outage of the whole Redis too, which lost records (for
+// wholeRedis, only lost).
+func (a *availability) shardLost(sh shard) {
+	if sh != wholeRedis {
+		a.span(sh).isDown = true
+	}
+}
+
 // back records that Redis answers again at at (a probe was answered).
 func (a *availability) back(at time.Time) {
 	a.isDown = false
 	a.since = latest(a.since, at)
 }
 
-// answered records a call that got its answer, sent at start and answered
-// at end. A call slower than a.slow means Redis did not answer meanwhile:
-// it reports true and the grace counts from end.
-func (a *availability) answered(start, end time.Time) bool {
+// answered records calls that got their answers, sent at start and
+// answered at end, to the cluster shards shs (none: calls about the whole
+// Redis, or a Redis that is not a Cluster). A call slower than a.slow
+// means Redis (those shards) did not answer meanwhile: it reports true and
+// the grace counts from end. A shard that was down is back at end: its
+// grace counts from there.
+func (a *availability) answered(start, end time.Time, shs ...shard) bool {
 	a.last = latest(a.last, end)
-	if end.Sub(start) <= a.slow {
-		return false
+	slow := end.Sub(start) > a.slow
+	if slow {
+		a.since = latest(a.since, end)
 	}
-	a.since = latest(a.since, end)
-	return true
+	for _, sh := range shs {
+		if sh == wholeRedis {
+			continue
+		}
+		sp := a.span(sh)
+		sp.last = latest(sp.last, end)
+		if sp.isDown || slow {
+			sp.isDown = false
+			sp.since = latest(sp.since, end)
+		}
+	}
+	return slow
 }
 
-// answeredFor reports how long, after now, Redis must still answer before
-// it will have answered for a whole d: 0 when it already has (a heartbeat
-// may be judged).
-func (a *availability) answeredFor(d time.Duration, now time.Time) time.Duration {
-	if a.isDown {
+// answeredFor reports how long, after now, shard sh must still answer
+// before it will have answered for a whole d: 0 when it already has (a
+// heartbeat on it may be judged).
+func (a *availability) answeredFor(sh shard, d time.Duration, now time.Time) time.Duration {
+	if sh == wholeRedis {
+		if a.isDown {
+			return d
+		}
+		return max(0, a.since.Add(d).Sub(now))
+	}
+	sp := a.slots[sh]
+	switch {
+	case sp == nil:
+		return 0
+	case sp.isDown:
 		return d
 	}
-	return max(0, a.since.Add(d).Sub(now))
+	return max(0, sp.since.Add(d).Sub(now))
 }
 
 // answeringSince is when Redis last began answering (zero: it always has).
 func (a *availability) answeringSince() time.Time { return a.since }
+
+// shardAnsweringSince is when shard sh last began answering (zero: it
+// always has).
+func (a *availability) shardAnsweringSince(sh shard) time.Time {
+	if sh == wholeRedis {
+		return a.since
+	}
+	if sp := a.slots[sh]; sp != nil {
+		return sp.since
+	}
+	return time.Time{}
+}
+
+func (a *availability) span(sh shard) *span {
+	sp := a.slots[sh]
+	if sp == nil {
+		sp = &span{}
+		a.slots[sh] = sp
+	}
+	return sp
+}
 
 func latest(a, b time.Time) time.Time {
 	if b.After(a) {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/vigil-dev/vigil/health"
 )
 
@@ -188,13 +190,19 @@ func (s *Supervisor) armPulse() {
 // pulse makes sure the availability judgement sees a stall (see
 // availability): while Redis answers and a worker is judged by heartbeat,
 // one timed call at least every pulse; a PING when no other call was made.
+// On a Redis Cluster, one to every shard of a running worker, outage or
+// not (pulseShards).
 func (s *Supervisor) pulse() {
 	defer s.armPulse()
+	if cc, ok := s.store.Client().(*redis.ClusterClient); ok {
+		s.pulseShards(cc)
+		return
+	}
 	if s.redis.down() || !s.redis.quiet(s.cfg.Clock.Now()) || !s.judging() {
 		return
 	}
 	ctx, cancel := s.opCtx()
-	err := pingAll(ctx, s.store.Client()) // every shard: a stall of one is a stall
+	err := pingAll(ctx, s.store.Client())
 	cancel()
 	if err != nil {
 		s.redisFailed(err)
@@ -228,13 +236,17 @@ func (s *Supervisor) timedCtx(d time.Duration) (context.Context, context.CancelF
 	}
 }
 
-// answered tells the availability judgement that calls sent at start got
-// their answers now. A slow answer means Redis was not answering: no
-// heartbeat is judged until it has answered for a whole TTL again.
-func (s *Supervisor) answered(start time.Time) {
-	now := s.cfg.Clock.Now()
-	if s.redis.answered(start, now) {
+// answered tells the availability judgement that calls sent at start (to
+// the cluster shards shs, if known) got their answers now. A slow answer
+// means Redis was not answering: no heartbeat is judged until it has
+// answered for a whole TTL again.
+func (s *Supervisor) answered(start time.Time, shs ...shard) {
+	s.answeredAt(start, s.cfg.Clock.Now(), shs...)
+}
+
+func (s *Supervisor) answeredAt(start, end time.Time, shs ...shard) {
+	if s.redis.answered(start, end, shs...) {
 		s.log.Warn("redis answered slowly: no heartbeat judged until it has answered for a whole TTL",
-			"took", now.Sub(start).Round(time.Millisecond), "grace", s.cfg.Heartbeat.TTL)
+			"took", end.Sub(start).Round(time.Millisecond), "grace", s.cfg.Heartbeat.TTL)
 	}
 }

@@ -156,7 +156,7 @@ func (s *Supervisor) onRedisUp() {
 	for _, w := range s.workers {
 		w.uncounted = 0
 	}
-	s.rewriteState("redis reachable again")
+	s.rewriteState("redis reachable again", true)
 	// A tick at once: this host's record and leases, not written during
 	// the outage, are renewed before they expire (a lease after their last
 	// write), not up to a third of a lease later.
@@ -185,7 +185,7 @@ func (s *Supervisor) dataLost(why string) {
 		s.redisFailed(err)
 		return
 	}
-	s.rewriteState(why)
+	s.rewriteState(why, false)
 }
 
 // rewriteState writes every record that changed while it could not be
@@ -193,23 +193,31 @@ func (s *Supervisor) dataLost(why string) {
 // heartbeat without what only the supervisor knows), requeues the tasks
 // of processes reaped meanwhile, and gives every live worker one full TTL
 // of grace (and restarts its start_timeout: no start is judged by time
-// Redis was away). A record another instance wrote since (a host that took
+// Redis was away). After an outage (afterOutage) on a Redis Cluster, the
+// grace is its shard's: a TTL from that shard's return (the read below),
+// none for a shard that answered all along. A record another instance wrote since (a host that took
 // the slot over while this one could not reach Redis) is left alone: the
 // write script refuses it and the worker is fenced.
-func (s *Supervisor) rewriteState(why string) {
+func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 	var ids []health.ComponentID
 	for _, id := range s.ids() {
 		if legal(evRewrite, s.workers[id].state) {
 			ids = append(ids, id)
 		}
 	}
-	ctx, cancel := s.timedCtx(s.cfg.OpTimeout * 5)
+	start := s.cfg.Clock.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout*5)
 	stored, err := s.store.GetMany(ctx, ids)
 	cancel()
 	if err != nil {
 		s.redisFailed(err)
 		return
 	}
+	shs := make([]shard, len(ids))
+	for i, id := range ids {
+		shs[i] = s.shardOf(id)
+	}
+	s.answered(start, shs...) // a shard that was down is back from now
 	now := s.cfg.Clock.Now()
 	rewritten := 0
 	for i, id := range ids {
@@ -244,7 +252,11 @@ func (s *Supervisor) rewriteState(why string) {
 		}
 		if w.state == stRunning {
 			w.judgeFrom = now
-			s.arm(w, timerCheck, s.cfg.Heartbeat.TTL)
+			grace := s.cfg.Heartbeat.TTL
+			if afterOutage && shs[i] != wholeRedis {
+				grace = max(s.redis.answeredFor(shs[i], grace, now), time.Millisecond)
+			}
+			s.arm(w, timerCheck, grace)
 		}
 	}
 	s.recoverDeferred()

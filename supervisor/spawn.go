@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -123,18 +124,29 @@ func (s *Supervisor) recordPID(w *worker) {
 
 // check is a heartbeat deadline (t's worker runs): read the key (which
 // expires it on the spot if due) and judge, or re-arm for its new expiry.
+//
+// It is judged by its shard (see availability): during an outage of
+// Redis (on a Cluster, of another shard), a worker whose shard answers is
+// judged as usual. Not one whose shard is down, nor one whose record could
+// not be written or whose process started meanwhile (its record may not
+// name it): those are judged again after Redis returns, with a TTL of
+// grace from their shard's return.
 func (s *Supervisor) check(t step) {
 	w := t.w
-	if s.redis.down() {
+	sh := s.shardOf(w.id)
+	if s.redis.down() && (sh == wholeRedis || s.redis.shardDown(sh) || w.dirty || w.outage == s.redis.outage()) {
 		return // judged again after Redis returns (with a TTL of grace)
 	}
-	ctx, cancel := s.opCtx()
+	start := s.cfg.Clock.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
 	probes, err := s.store.ProbeMany(ctx, []health.ComponentID{w.id})
 	cancel()
 	if err != nil {
+		s.redis.shardLost(sh)
 		s.redisFailed(err)
 		return
 	}
+	s.answered(start, sh)
 	p, now := probes[0], s.cfg.Clock.Now()
 	hb := s.cfg.Heartbeat
 	switch {
@@ -156,15 +168,15 @@ func (s *Supervisor) check(t step) {
 		// every worker a TTL of grace.
 		s.logw(w).Warn("heartbeat key and record gone at the deadline: Redis lost its data; writing the state again", "pid", w.proc.pid)
 		s.deferUntilIdle(func() { s.dataLost("state written again after Redis lost its data (seen at a heartbeat deadline)") })
-	case s.redis.answeredFor(hb.TTL, now) > 0:
-		// Redis did not answer for the whole TTL (a stall, an outage just
-		// ended): the worker may have had no chance to beat. Judged once it
-		// has answered for a TTL (fault explorer E14).
-		s.arm(w, timerCheck, s.redis.answeredFor(hb.TTL, now)+time.Millisecond)
+	case s.redis.answeredFor(sh, hb.TTL, now) > 0:
+		// The shard did not answer for the whole TTL (a stall, an outage
+		// just ended): the worker may have had no chance to beat. Judged
+		// once it has answered for a TTL (fault explorer E14).
+		s.arm(w, timerCheck, s.redis.answeredFor(sh, hb.TTL, now)+time.Millisecond)
 	case w.sawBeat || beaten(p.Status):
 		s.killFor(w, health.ExitHeartbeatTimeout, "hang", "heartbeat expired")
 	default:
-		left := hb.StartTimeout - now.Sub(latest(w.judgeFrom, s.redis.answeringSince()))
+		left := hb.StartTimeout - now.Sub(latest(w.judgeFrom, s.redis.shardAnsweringSince(sh)))
 		if left <= 0 {
 			s.killFor(w, health.ExitHeartbeatTimeout, "start_timeout", "no heartbeat within start_timeout")
 			return

@@ -126,7 +126,7 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.answered(start)
+	s.answered(start, s.shardsOf(held)...)
 	for i, w := range held {
 		switch rs[i] {
 		case health.LeaseLost:
