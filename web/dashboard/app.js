@@ -223,6 +223,10 @@ function apply(e, type) {
   } else if (topic === 'queue:jobs' && e.data && type === 'job_update') {
     const j = e.data;
     if (!j.component) return;
+    // A start or end that changed its worker's current job says so: the
+    // worker_update that follows it live is not replayed after a catch-up.
+    const w = state.workers.get(j.component);
+    if (w && j.worker_seq && w.pid === j.pid && j.worker_seq > (w.current_seq || 0)) { w.current_job = j.worker_job || ''; w.current_seq = j.worker_seq; }
     if (j.state === 'processing' || j.state === 'progress') {
       state.jobs.set(j.component, { queue: j.queue, id: j.id, progress: j.progress });
     } else if (JOB_DONE.has(j.state) && (state.jobs.get(j.component) || {}).id === j.id) {
