@@ -174,13 +174,15 @@ func replication(ctx context.Context, c *redis.Client) (map[string]string, error
 }
 
 // replicaOf reports whether n is a replica of master in sync with it: it
-// says its link is up, and the master streams it its writes (state
-// online). The replica says "up" as soon as it loaded the master's copy;
-// the master streams the writes made since only once the replica's first
-// acknowledgement came (up to a second later, Redis 7): a master killed
-// in between takes them along (found by cluster seed 85001, when the
-// explorer took "up" for in sync).
-func (n *rnode) replicaOf(ctx context.Context, master *rnode) bool {
+// says its link is up, and it has the master's writes up to a probe
+// written now (to key, which master serves), within 300 ms. Its link
+// says "up" as soon as it loaded the master's copy, but Redis 7 streams
+// the writes made since only after the replica's first acknowledgement,
+// up to a second later, and INFO calls it "online" meanwhile: a master
+// killed or failed over in that second takes them along (sentinel seed
+// 85026, cluster seed 85001: every job enqueued before the failover
+// vanished, when the explorer took "up", then "online", for in sync).
+func (n *rnode) replicaOf(ctx context.Context, master *rnode, key string) bool {
 	c := n.client()
 	defer c.Close()
 	m, err := replication(ctx, c)
@@ -189,16 +191,57 @@ func (n *rnode) replicaOf(ctx context.Context, master *rnode) bool {
 	}
 	mc := master.client()
 	defer mc.Close()
+	if err := mc.Incr(ctx, key).Err(); err != nil {
+		return false
+	}
 	mm, err := replication(ctx, mc)
 	if err != nil {
 		return false
 	}
-	for k, v := range mm {
-		if strings.HasPrefix(k, "slave") && strings.Contains(v, "port="+strconv.Itoa(n.port)+",") && strings.Contains(v, "state=online") {
-			return true
+	want, err := strconv.ParseInt(mm["master_repl_offset"], 10, 64)
+	if err != nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	return pollUntil(pctx, func() (bool, error) {
+		m, err := replication(pctx, c)
+		if err != nil {
+			return false, nil
+		}
+		got, err := strconv.ParseInt(m["slave_repl_offset"], 10, 64)
+		return err == nil && got >= want, nil
+	}) == nil
+}
+
+// probeKey is the key replicaOf writes on a master: on a Cluster, one of
+// the slot range of the shard whose first slot is slot (-1: any key).
+func probeKey(slot int) string {
+	if slot < 0 {
+		return "explore:probe"
+	}
+	for k := 0; ; k++ {
+		key := "explore:probe:{" + strconv.Itoa(k) + "}"
+		if s := keySlot(strconv.Itoa(k)); s >= slot && s < slot+5461 {
+			return key
 		}
 	}
-	return false
+}
+
+// keySlot is Redis Cluster's slot of a hash tag (CRC16/XMODEM mod 16384).
+func keySlot(tag string) int {
+	crc := uint16(0)
+	for _, b := range []byte(tag) {
+		crc ^= uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
 }
 
 // pollUntil calls f every 20 ms until it returns true, an error it wants

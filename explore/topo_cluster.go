@@ -219,7 +219,7 @@ func (t *clusterTopo) waitSettled(ctx context.Context) error {
 		}
 		for i := range shardSlots {
 			m, r, err := t.shard(ctx, i)
-			if err != nil || r == nil || !r.replicaOf(ctx, m) {
+			if err != nil || r == nil || !r.replicaOf(ctx, m, probeKey(shardSlots[i])) {
 				last = fmt.Sprintf("shard %d: no replica in sync (%v)", i, err)
 				return false, nil
 			}
@@ -288,7 +288,7 @@ func (t *clusterTopo) Failover(ctx context.Context, i int, kill bool) (*failover
 		return nil, fmt.Errorf("%w: a failover or a pause (of any shard) is under way", errNoFailover)
 	}
 	m, r, err := t.shard(ctx, i)
-	if err == nil && (r == nil || !r.replicaOf(ctx, m)) {
+	if err == nil && (r == nil || !r.replicaOf(ctx, m, probeKey(shardSlots[i]))) {
 		err = fmt.Errorf("shard %d has no replica in sync", i)
 	}
 	if err != nil {
@@ -324,7 +324,7 @@ func (t *clusterTopo) Failover(ctx context.Context, i int, kill bool) (*failover
 			}
 		}
 		began := time.Now()
-		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, r), nil }); err != nil {
+		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, r, probeKey(shardSlots[i])), nil }); err != nil {
 			return "", fmt.Errorf("%s not a replica of %s in sync: %w (%s)", m.name, r.name, err, m.describe())
 		}
 		return fmt.Sprintf("%s is a replica of %s in sync (%s)", m.name, r.name, time.Since(began).Round(time.Millisecond)), nil
@@ -362,7 +362,7 @@ func (t *clusterTopo) Freeze(ctx context.Context, i int) (string, thawFunc, erro
 			if now == m {
 				return true, nil
 			}
-			return t.promoted(ctx, i, now) == nil && m.replicaOf(ctx, now), nil
+			return t.promoted(ctx, i, now) == nil && m.replicaOf(ctx, now, probeKey(shardSlots[i])), nil
 		})
 		if err != nil {
 			return "", false, fmt.Errorf("after the pause of shard %d: %w", i, err)

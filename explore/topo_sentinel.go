@@ -133,7 +133,7 @@ func (t *sentinelTopo) waitGood(ctx context.Context, master, replica *rnode) err
 	defer sc.Close()
 	var last string
 	err := pollUntil(ctx, func() (bool, error) {
-		if !replica.replicaOf(ctx, master) {
+		if !replica.replicaOf(ctx, master, probeKey(-1)) {
 			last = replica.name + " not in sync with " + master.name
 			return false, nil
 		}
@@ -234,7 +234,7 @@ func (t *sentinelTopo) Failover(ctx context.Context, _ int, kill bool) (*failove
 		// In sync is enough here: the sentinel learns of the replica at its
 		// next INFO (every 10 s); a failover before then is refused.
 		began := time.Now()
-		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, r), nil }); err != nil {
+		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, r, probeKey(-1)), nil }); err != nil {
 			return "", fmt.Errorf("%s not a replica of %s in sync: %w (%s)", m.name, r.name, err, m.describe())
 		}
 		return fmt.Sprintf("%s is a replica of %s in sync (%s)", m.name, r.name, time.Since(began).Round(time.Millisecond)), nil
@@ -309,7 +309,7 @@ func (t *sentinelTopo) Freeze(ctx context.Context, _ int) (string, thawFunc, err
 		if err := t.demote(ctx, m, now); err != nil {
 			return "", true, err
 		}
-		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, now), nil }); err != nil {
+		if err := pollUntil(ctx, func() (bool, error) { return m.replicaOf(ctx, now, probeKey(-1)), nil }); err != nil {
 			return "", true, fmt.Errorf("%s not a replica of %s in sync: %w (%s)", m.name, now.name, err, m.describe())
 		}
 		return fmt.Sprintf("master %s continued; the sentinel had failed it over to %s meanwhile: %s made its replica, in sync", m.name, now.name, m.name), true, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -78,4 +79,20 @@ func TestClusterTopoFailsOverAgain(t *testing.T) {
 	}
 	defer top.Close()
 	failoverTwice(t, top)
+}
+
+// keySlot is Redis Cluster's: the slots redis-cli's CLUSTER KEYSLOT gives.
+func TestKeySlot(t *testing.T) {
+	for tag, want := range map[string]int{"a": 15495, "b": 3300, "asynq:queues": 3477, "sched": 7021} {
+		if got := keySlot(tag); got != want {
+			t.Errorf("keySlot(%q) = %d, want %d", tag, got, want)
+		}
+	}
+	for _, slot := range shardSlots {
+		k := probeKey(slot)
+		tag := k[strings.IndexByte(k, '{')+1 : len(k)-1]
+		if s := keySlot(tag); s < slot || s >= slot+5461 {
+			t.Errorf("probeKey(%d) = %s in slot %d", slot, k, s)
+		}
+	}
 }
