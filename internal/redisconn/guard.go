@@ -24,9 +24,16 @@ import (
 // (+switch-master, then guardSettle for go-redis's own listener to move
 // its pool), a failover abort, or guardMax: a failover costs a second of
 // waiting instead of lost writes.
+//
+// A client opened while a failover is under way heard none of its events:
+// its first commands wait (at most guardReady) until one of its sentinels
+// answered whether a failover of the master is in progress, and hold if
+// one is (finding E21 of the fault explorer: a host restarted during a
+// manual failover wrote its completions to the old master).
 const (
 	guardMax    = 5 * time.Second
 	guardSettle = 50 * time.Millisecond
+	guardReady  = 500 * time.Millisecond
 )
 
 // logger is where redisconn logs its own lines (SetLogger sets it).
@@ -47,13 +54,19 @@ type failoverGuard struct {
 	held chan struct{} // non-nil while holding; closed on release
 	gen  int           // which hold a release timer belongs to
 
+	// ready is closed once a sentinel said whether a failover was under
+	// way when the client was opened (or guardReady passed).
+	ready     chan struct{}
+	readyOnce sync.Once
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
 func newFailoverGuard(o *redis.FailoverOptions) *failoverGuard {
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &failoverGuard{master: o.MasterName, cancel: cancel}
+	g := &failoverGuard{master: o.MasterName, cancel: cancel, ready: make(chan struct{})}
+	time.AfterFunc(guardReady, g.markReady)
 	for _, a := range o.SentinelAddrs {
 		g.wg.Go(func() { g.listen(ctx, a, o) })
 	}
@@ -73,6 +86,14 @@ func (g *failoverGuard) listen(ctx context.Context, addr string, o *redis.Failov
 	defer sc.Close()
 	ps := sc.PSubscribe(ctx, "*")
 	defer ps.Close()
+	// Subscribed first, then asked: a failover that begins in between is
+	// seen by its events, one under way already by the master's flags.
+	if _, err := ps.Receive(ctx); err == nil {
+		if m, err := sc.Master(ctx, g.master).Result(); err == nil && hasFlag(m["flags"], "failover_in_progress") {
+			g.hold("failover under way when the client was opened (" + m["failover-state"] + ")")
+		}
+		g.markReady()
+	}
 	ch := ps.Channel()
 	for {
 		select {
@@ -153,8 +174,29 @@ func (g *failoverGuard) release(why string) {
 	log().Info("redis sentinel: commands go on", "master", g.master, "why", why, "lib", "vigil")
 }
 
+func (g *failoverGuard) markReady() {
+	g.readyOnce.Do(func() { close(g.ready) })
+}
+
+// hasFlag reports whether the comma-separated flags hold f.
+func hasFlag(flags, f string) bool {
+	for x := range strings.SplitSeq(flags, ",") {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
 // wait blocks while a failover is under way (at most until ctx ends).
 func (g *failoverGuard) wait(ctx context.Context) error {
+	if g.ready != nil {
+		select {
+		case <-g.ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	g.mu.Lock()
 	held := g.held
 	g.mu.Unlock()
