@@ -28,9 +28,10 @@ const (
 	// its process (1, 2, …), written with it: the higher is the newer.
 	FieldCurrentSeq = "current_seq"
 	// FieldRev is the record's revision: every write of the record but a
-	// worker's current_job sets it to max(rev+1, now in ms × 1000), in the
-	// script that writes the record. A view with a lower rev is older, even
-	// across a record re-created after Redis lost it.
+	// worker's current_job sets it to max(rev+1, Redis's TIME in µs), in
+	// the script that writes the record. A view with a lower rev is older,
+	// even across a record re-created after Redis lost it (Redis's clock:
+	// not the writers', which may be behind or stamp an old record).
 	FieldRev = "rev"
 	// FieldRecoveringUntil is when a recovering window ends (Unix ms),
 	// written by the heartbeat script with the status recovering.

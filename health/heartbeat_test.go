@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,9 +89,12 @@ func TestBeatRecreatesMissingRecord(t *testing.T) {
 		health.FieldStartedAt:     fmt.Sprint(h.StartedAt.UnixMilli()),
 		health.FieldHealthySince:  now,
 		health.FieldLastHeartbeat: now,
-		// A record re-created from nothing starts its revision at its
-		// time: above the one Redis lost.
-		health.FieldRev: now + "000",
+	}
+	// A record re-created from nothing starts its revision at Redis's
+	// clock: above the one Redis lost (TestRevAboveTheLostRecord).
+	rev := rec[health.FieldRev]
+	if n, err := strconv.ParseInt(rev, 10, 64); err != nil || n < time.Now().Add(-time.Minute).UnixMicro() {
+		t.Errorf("re-created record: rev = %q, want Redis's clock in µs", rev)
 	}
 	for f, v := range want {
 		if rec[f] != v {
@@ -106,7 +110,7 @@ func TestBeatRecreatesMissingRecord(t *testing.T) {
 		t.Fatalf("%d events, want 1", len(msgs))
 	}
 	e := decodeEvent(t, msgs[0])
-	if e.Topic != tag0.Topic() || e.Worker == nil || e.Worker.Status != "healthy" || e.Worker.PID != beatPID || fmt.Sprint(e.Worker.Rev) != now+"000" {
+	if e.Topic != tag0.Topic() || e.Worker == nil || e.Worker.Status != "healthy" || e.Worker.PID != beatPID || fmt.Sprint(e.Worker.Rev) != rev {
 		t.Errorf("event = %+v", e)
 	}
 }

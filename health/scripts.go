@@ -24,15 +24,21 @@ end
 `
 
 // bumpRev is the revision step of every script that writes a record
-// (FieldRev): rev becomes max(rev+1, now×1000), now in Unix ms, so that it
-// grows with every write and a record re-created from nothing (Redis lost
-// it, or a removed slot grown back) starts above the one it replaces. It
-// returns the new rev as a string (a Lua number would print as 1.79e+15).
-// KEYS[1] is the component hash.
+// (FieldRev): rev becomes max(rev+1, Redis's TIME in µs), so that it grows
+// with every write and a record re-created from nothing (Redis lost it, or
+// a removed slot grown back) starts above the one it replaces. Redis's
+// clock, not the writer's: a re-creating write may carry a stamp from
+// before the loss (the supervisor writes its last record back), or come
+// from a host whose clock is behind the one that wrote the lost rev; its
+// rev would then start below, and the broker and the dashboard, which keep
+// the views they showed across the loss, would drop its updates as older.
+// It returns the new rev as a string (a Lua number would print as
+// 1.79e+15). KEYS[1] is the component hash.
 const bumpRev = `
-local function bump_rev(now)
+local function bump_rev()
   local r = tonumber(redis.call('HGET', KEYS[1], 'rev') or '') or 0
-  local t = (tonumber(now or '') or 0) * 1000
+  local tm = redis.call('TIME')
+  local t = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
   if t > r then r = t else r = r + 1 end
   local s = string.format('%.0f', r)
   redis.call('HSET', KEYS[1], 'rev', s)
@@ -57,8 +63,7 @@ end
 // Returns {1, previous state, rev, current_job, current_seq} on success
 // (the record's, after the write: the event of the write carries them),
 // {0, current state} when the status machine refuses, {-1, lease holder}
-// when the writer is not the owner. A write sets rev (bumpRev, now being
-// set.updated_at).
+// when the writer is not the owner. A write sets rev (bumpRev).
 //
 // A write the status machine would refuse but that finds the record
 // already as it would leave it (every field it sets equal, every field it
@@ -110,7 +115,7 @@ if a.restarts then
   if a.crashes then for _, c in ipairs(a.crashes) do redis.call('ZADD', KEYS[4], c[1], c[2]) end end
 end
 if a.del_hb then redis.call('DEL', KEYS[5]) end
-bump_rev(a.set.updated_at)
+bump_rev()
 local rev, cj, cs = worker_fields()
 return {1, tok, rev, cj, cs}
 `)
@@ -169,7 +174,8 @@ local now = ARGV[2]
 redis.call('SET', KEYS[1], now, 'PX', px)
 local function bump_rev()
   local r = tonumber(redis.call('HGET', KEYS[2], 'rev') or '') or 0
-  local t = (tonumber(now) or 0) * 1000
+  local tm = redis.call('TIME')
+  local t = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
   if t > r then r = t else r = r + 1 end
   redis.call('HSET', KEYS[2], 'rev', string.format('%.0f', r))
 end
@@ -214,7 +220,7 @@ return {0, st}
 // record, if the writer owns the slot (ownerCheck) and the record names no
 // other process.
 // KEYS: component hash, slot lease. ARGV: pid, owner (lease value, empty
-// for no owner check), now (Unix ms, for the rev; absent: rev+1).
+// for no owner check).
 // Returns {1, "", rev, current_job, current_seq} recorded, {0, pid} the
 // record names another pid, {-1, holder} not the owner, {-2, ""} no record
 // (Redis lost its data).
@@ -225,7 +231,7 @@ if not redis.call('HGET', KEYS[1], 'status') then return {-2, ''} end
 local cur = redis.call('HGET', KEYS[1], 'pid')
 if cur and cur ~= ARGV[1] then return {0, cur} end
 redis.call('HSET', KEYS[1], 'pid', ARGV[1])
-bump_rev(ARGV[3])
+bump_rev()
 local rev, cj, cs = worker_fields()
 return {1, '', rev, cj, cs}
 `)

@@ -304,7 +304,7 @@ func (s *Store) AddEvent(ctx context.Context, e Event) (string, error) {
 // ErrNotFound when there is no record (Redis lost its data): in each case
 // nothing is written.
 func (s *Store) SetPID(ctx context.Context, c Component, owner string) error {
-	out, err := setPIDScript.Run(ctx, s.rdb, []string{s.keys.Component(c.ID), s.keys.Slot(c.ID)}, c.PID, owner, ms(c.UpdatedAt)).Slice()
+	out, err := setPIDScript.Run(ctx, s.rdb, []string{s.keys.Component(c.ID), s.keys.Slot(c.ID)}, c.PID, owner).Slice()
 	if err != nil {
 		return fmt.Errorf("record pid of %s: %w", c.ID, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,6 +130,11 @@ func TestWriteFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := hash(t, s, s.Keys().Component(tag0))
+	// rev is Redis's clock in µs (TestRevAboveTheLostRecord).
+	if atoi(t, h[health.FieldRev]) < time.Now().Add(-time.Minute).UnixMicro() {
+		t.Errorf("rev = %s, want Redis's clock in µs", h[health.FieldRev])
+	}
+	delete(h, health.FieldRev)
 	want := map[string]string{
 		health.FieldStatus:    "starting",
 		health.FieldReason:    "",
@@ -142,7 +148,6 @@ func TestWriteFields(t *testing.T) {
 		health.FieldSignal:    "",
 		health.FieldUpdatedAt: fmt.Sprint(t0.Add(time.Second).UnixMilli()),
 		health.FieldCreatedAt: fmt.Sprint(t0.Add(time.Second).UnixMilli()), // the first write registers it
-		health.FieldRev:       fmt.Sprint(t0.Add(time.Second).UnixMilli() * 1000),
 	}
 	if !mapsEqual(h, want) {
 		t.Errorf("record = %v\nwant %v", h, want)
@@ -423,7 +428,7 @@ func TestSetPIDRefusedWhenTheRecordNamesAnotherPID(t *testing.T) {
 	}
 }
 
-// Every record write raises rev, to at least its time in ms × 1000, and its
+// Every record write raises rev, to at least Redis's clock in µs, and its
 // event carries the record's current job as the write left it, not the
 // writer's (issue 20, live current job): the worker writes current_job,
 // the supervisor does not know it.
@@ -443,9 +448,10 @@ func TestWriteRevAndCurrentJob(t *testing.T) {
 		}
 		return got.Rev
 	}
+	before := time.Now().Add(-time.Minute).UnixMicro() // Redis's clock, give or take
 	r1 := rev()
-	if r1 != t0.Add(time.Minute).UnixMilli()*1000 {
-		t.Fatalf("rev = %d, want %d", r1, t0.Add(time.Minute).UnixMilli()*1000)
+	if r1 < before {
+		t.Fatalf("rev = %d, want Redis's clock in µs (about %d)", r1, before)
 	}
 	pipe := s.Client().Pipeline()
 	s.SetCurrentJobTo(ctx, pipe, tag0, "t9", 3)
@@ -460,12 +466,77 @@ func TestWriteRevAndCurrentJob(t *testing.T) {
 	if _, err := s.Write(ctx, c, health.Write{Actor: health.ActorOperator}); err != nil {
 		t.Fatal(err)
 	}
-	if r := rev(); r != r1+1 {
-		t.Errorf("rev after an earlier-stamped write = %d, want %d", r, r1+1)
+	r2 := rev()
+	if r2 <= r1 {
+		t.Errorf("rev after an earlier-stamped write = %d, want above %d", r2, r1)
 	}
 	msgs := events(t, s)
 	e := decodeEvent(t, msgs[len(msgs)-1])
-	if e.Worker == nil || e.Worker.Status != "stopping" || e.Worker.CurrentJob != "t9" || e.Worker.CurrentSeq != 3 || e.Worker.Rev != r1+1 {
+	if e.Worker == nil || e.Worker.Status != "stopping" || e.Worker.CurrentJob != "t9" || e.Worker.CurrentSeq != 3 || e.Worker.Rev != r2 {
 		t.Errorf("event = %+v", e.Worker)
 	}
+}
+
+// A record re-created after Redis lost it starts its rev above the one it
+// replaces (the broker and the dashboard drop a worker view with a lower
+// rev than one they have shown, and they outlive Redis's data), whoever
+// re-creates it: the supervisor's rewrite of its own last record (stamped
+// with that record's updated_at, from before the loss), or the heartbeat of
+// a worker whose clock is behind the writer of the lost rev. Before, rev
+// came from the writer's stamp: both re-created records started below, and
+// their worker_updates were dropped as older.
+func TestRevAboveTheLostRecord(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := testCtx(t)
+	lose := func() {
+		t.Helper()
+		if err := s.Client().Del(ctx, s.Keys().Component(tag0)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The supervisor's last write of its record, a while ago; then a
+	// change stamped now (the heartbeat's healthy, another host's write).
+	c := record(tag0, health.StatusHealthy, beatPID)
+	c.UpdatedAt = time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	if _, err := s.Write(ctx, c, health.Write{NoCheck: true, NoEvent: true}); err != nil {
+		t.Fatal(err)
+	}
+	now := c
+	now.UpdatedAt = time.Now()
+	if _, err := s.Write(ctx, now, health.Write{NoCheck: true, NoEvent: true}); err != nil {
+		t.Fatal(err)
+	}
+	shown := hash(t, s, s.Keys().Component(tag0))[health.FieldRev]
+	lose()
+	// The supervisor writes its record back (supervisor.rewriteState).
+	if _, err := s.Write(ctx, c, health.Write{NoCheck: true, Restarts: true, Index: true}); err != nil {
+		t.Fatal(err)
+	}
+	re := hash(t, s, s.Keys().Component(tag0))[health.FieldRev]
+	if n, m := atoi(t, re), atoi(t, shown); n <= m {
+		t.Errorf("rev of the record the supervisor wrote back = %d, below the lost one's %d", n, m)
+	}
+	msgs := events(t, s)
+	if e := decodeEvent(t, msgs[len(msgs)-1]); e.Worker == nil || fmt.Sprint(e.Worker.Rev) != re {
+		t.Errorf("its event: %+v, want rev %s", e.Worker, re)
+	}
+	shown = re
+	lose()
+	// A worker whose clock is behind (the fake clock at t0) re-creates it.
+	h, _ := newHeartbeater(t, s)
+	if r, err := h.Beat(ctx); err != nil || r != health.BeatRecreated {
+		t.Fatalf("beat: %v, %v", r, err)
+	}
+	if n, m := atoi(t, hash(t, s, s.Keys().Component(tag0))[health.FieldRev]), atoi(t, shown); n <= m {
+		t.Errorf("rev of the record a beat re-created = %d, below the lost one's %d", n, m)
+	}
+}
+
+func atoi(tb testing.TB, s string) int64 {
+	tb.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		tb.Fatalf("%q: %v", s, err)
+	}
+	return n
 }

@@ -23,7 +23,7 @@ type Worker struct {
 	PID              int              `json:"pid,omitempty" example:"4242" doc:"Process id on that host"`
 	CurrentJob       string           `json:"current_job,omitempty" doc:"Task the worker runs now, if any (with several at once: the one it started last)"`
 	CurrentSeq       int64            `json:"current_seq,omitempty" example:"42" doc:"Number of current_job's change within the worker's process (1, 2, …): of two views of one pid with the same rev, the higher current_seq is newer"`
-	Rev              int64            `json:"rev,omitempty" example:"1790000001000000" doc:"The record's revision: every change of the record but current_job raises it (to at least the change's Unix ms × 1000). A worker_update with a lower rev than one already seen is older: drop it"`
+	Rev              int64            `json:"rev,omitempty" example:"1790000001000000" doc:"The record's revision: every change of the record but current_job raises it (to at least Redis's clock in µs at the change). A worker_update with a lower rev than one already seen is older: drop it"`
 	ExitCode         *int             `json:"exit_code,omitempty" example:"1" doc:"Code of the last exit (-1 unknown, -2 heartbeat timeout, -3 invalid heartbeat, 128+N signal N)"`
 	Signal           string           `json:"signal,omitempty" example:"SIGKILL" doc:"Signal that ended the last process, if any"`
 	RestartCount     int              `json:"restart_count" example:"0" doc:"Consecutive counted restarts"`

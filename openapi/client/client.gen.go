@@ -1685,7 +1685,7 @@ type Worker struct {
 	// Example: 0
 	RestartCount int64 `json:"restart_count"`
 
-	// Rev The record's revision: every change of the record but current_job raises it (to at least the change's Unix ms × 1000). A worker_update with a lower rev than one already seen is older: drop it
+	// Rev The record's revision: every change of the record but current_job raises it (to at least Redis's clock in µs at the change). A worker_update with a lower rev than one already seen is older: drop it
 	//
 	// Example: 1790000001000000
 	Rev *int64 `json:"rev,omitempty"`
