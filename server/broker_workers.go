@@ -31,10 +31,10 @@ import (
 // that worker is older than what the clients were shown (two writers'
 // record writes and their events interleaved: the supervisor's and the
 // heartbeat's): it is not sent. One whose current job is older than a
-// change already passed on (same pid, lower current_seq) is sent with the
-// newer current job. So no event a client gets shows an older status or
-// an older current job than an earlier one, and the last one matches the
-// record.
+// change already passed on (same process: pid and started_at; lower
+// current_seq) is sent with the newer current job. So no event a client
+// gets shows an older status or an older current job than an earlier one,
+// and the last one matches the record.
 //
 // A worker the broker has not seen a worker_update of (it started since)
 // is read from Redis once, for all such workers of a batch in one round
@@ -184,7 +184,7 @@ func (wv *workerViews) update(e entry, ev *health.Event) entry {
 		return e
 	}
 	newer := false
-	if v.PID != 0 && st.v.PID == v.PID && st.v.CurrentSeq > v.CurrentSeq {
+	if sameProcess(st.v, v) && st.v.CurrentSeq > v.CurrentSeq {
 		v.CurrentJob, v.CurrentSeq, newer = st.v.CurrentJob, st.v.CurrentSeq, true
 	}
 	if p := st.pend; p.Data.WorkerSeq > 0 && p.Data.PID == v.PID {
@@ -202,6 +202,15 @@ func (wv *workerViews) update(e entry, ev *health.Event) entry {
 		}
 	}
 	return e
+}
+
+// sameProcess says whether two views of a worker are of one process: the
+// same pid and the same started_at. A pid alone is not a process: a host
+// whose supervisor runs in a container and restarts spawns its workers in a
+// fresh pid namespace, in the same order, and a new process numbers its
+// current-job changes from 1 again.
+func sameProcess(a, b health.WorkerView) bool {
+	return a.PID != 0 && a.PID == b.PID && a.StartedAt == b.StartedAt
 }
 
 // change applies a current-job change to its worker's view and returns the

@@ -240,3 +240,73 @@ func TestCurrentJobBrokerOrder(t *testing.T) {
 		return w.PID == 9999 && w.CurrentJob == "u1" && w.CurrentSeq == 1 && w.Rev == rec.Rev+10
 	})
 }
+
+// A worker's new process may have its old process's pid: a host whose
+// supervisor runs in a container (the Dockerfile's) and restarts gets a
+// fresh pid namespace and spawns its workers in the same order. The
+// broker took the new process for the old one: the new process's first
+// worker_update (starting, no current job) came with the old process's
+// last current job, and the new process's changes, numbered from 1 again,
+// were dropped as older than the old one's until they passed its count. A
+// process is its pid and its started_at.
+func TestCurrentJobPIDReused(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.id(0)
+	h.seed(id, health.StatusHealthy, nil)
+	rec, err := h.store.Get(ctx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := subscribe(t, serveHTTP(t, h.h), []string{id.Topic()}, "")
+	if m := c.next(); m.Event != health.EventSnapshot {
+		t.Fatalf("first message %+v, want the snapshot", m)
+	}
+	rdb := h.redis.Client
+	job := func(task string, pid int, current string, seq int64) {
+		t.Helper()
+		data, _ := json.Marshal(queue.JobEvent{Queue: h.q1, ID: task, State: queue.StateProcessing, Component: id.String(), PID: pid,
+			WorkerJob: current, WorkerSeq: seq})
+		for _, topic := range []string{queue.JobTopic(h.q1, task), queue.TopicJobs} {
+			env, _ := json.Marshal(map[string]any{"topic": topic, "type": health.EventJob, "timestamp": time.Now().UnixMilli(), "data": json.RawMessage(data)})
+			if err := rdb.XAdd(ctx(t), &redis.XAddArgs{Stream: h.store.Keys().Events(),
+				Values: []string{"topic", topic, "type", health.EventJob, "data", string(env)}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	expect := func(what string, ok func(*health.WorkerView) bool) {
+		t.Helper()
+		m := c.next()
+		if m.Event != health.EventWorker {
+			t.Fatalf("%s: got %s %s", what, m.Event, m.Data)
+		}
+		if w := m.event(t).Worker; !ok(w) {
+			t.Fatalf("%s: got %+v", what, w)
+		}
+	}
+	for i := int64(1); i <= 3; i++ {
+		task := "t" + strconv.FormatInt(i, 10)
+		job(task, rec.PID, task, i)
+		expect("the old process's change "+task, func(w *health.WorkerView) bool { return w.CurrentJob == task && w.CurrentSeq == i })
+	}
+	// The host restarts: the supervisor writes the slot starting (the old
+	// process's current job cleared), forks, and records the new pid,
+	// the old one's.
+	n := rec
+	n.Status, n.PID, n.CurrentJob, n.CurrentSeq = health.StatusStarting, 0, "", 0
+	n.StartedAt, n.UpdatedAt = time.Now().Truncate(time.Millisecond), time.Now()
+	if _, err := h.store.Write(ctx(t), n, health.Write{NoCheck: true, NoEvent: true}); err != nil {
+		t.Fatal(err)
+	}
+	n.PID = rec.PID
+	if err := h.store.SetPID(ctx(t), n, ""); err != nil {
+		t.Fatal(err)
+	}
+	expect("the new process", func(w *health.WorkerView) bool {
+		return w.Status == "starting" && w.PID == rec.PID && w.StartedAt == n.StartedAt.UnixMilli() && w.CurrentJob == "" && w.CurrentSeq == 0
+	})
+	job("u1", rec.PID, "u1", 1)
+	expect("the new process's first change", func(w *health.WorkerView) bool {
+		return w.PID == rec.PID && w.CurrentJob == "u1" && w.CurrentSeq == 1
+	})
+}
