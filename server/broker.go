@@ -291,6 +291,9 @@ func (b *broker) read() {
 			res, err = rdb.XRead(b.ctx, args).Result()
 		}
 		if errors.Is(err, redis.Nil) {
+			if b.views.waiting() {
+				b.fanOut(nil) // current-job changes whose worker could not be read
+			}
 			continue
 		}
 		if err != nil {
@@ -411,6 +414,7 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 		b.snap.rebuild(b.groups, b.subsGen)
 		clear(b.fresh)
 	}
+	last := b.pos
 	b.mu.Unlock()
 	entries := make([]entry, len(msgs))
 	for i, m := range msgs {
@@ -420,7 +424,7 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 			entries[i].id, _ = parseStreamID(m.ID) // skipped, but read
 		}
 	}
-	entries = b.views.apply(b.ctx, entries)
+	entries = b.views.apply(b.ctx, entries, last)
 	matched := make([][]string, len(entries))
 	for i, e := range entries {
 		if e.ev != nil && !e.drop {

@@ -38,7 +38,11 @@ import (
 //
 // A worker the broker has not seen a worker_update of (it started since)
 // is read from Redis once, for all such workers of a batch in one round
-// trip, when a change of its current job comes.
+// trip, when a change of its current job comes. When that read fails, the
+// change waits (the last one per worker) and the read is tried again with
+// the next batch, or when the stream is idle (the reader's blocking read
+// timed out): its worker_update then goes out late, with the id of the
+// last entry passed on.
 //
 // What the derived events are not: entries of the stream. A client that
 // catches up from the stream (Last-Event-ID, or after a burst) gets the
@@ -51,7 +55,15 @@ type workerViews struct {
 	store *health.Store
 	log   *slog.Logger
 	m     map[string]*workerView // by component
+	// wait holds the last current-job change of each worker without a
+	// view whose record could not be read (at most maxWaiting).
+	wait map[string]jobChange
+	// readFailed names the workers of the last read, if it failed.
+	readFailed map[string]bool
 }
+
+// maxWaiting bounds the changes waiting for their worker's record.
+const maxWaiting = 10_000
 
 type workerView struct {
 	v health.WorkerView
@@ -83,7 +95,7 @@ var workerSeqMark = []byte(`"worker_seq":`)
 const viewReadTimeout = 2 * time.Second
 
 func newWorkerViews(store *health.Store, log *slog.Logger) *workerViews {
-	return &workerViews{store: store, log: log, m: map[string]*workerView{}}
+	return &workerViews{store: store, log: log, m: map[string]*workerView{}, wait: map[string]jobChange{}}
 }
 
 // decoded is one entry of a batch as apply reads it.
@@ -95,11 +107,28 @@ type decoded struct {
 // apply returns entries with the worker_updates of the current-job
 // changes among them added (derived, each right after its job event),
 // stale worker_updates marked to drop, and worker_updates whose current
-// job is older than one passed on re-framed with the newer one.
-func (wv *workerViews) apply(ctx context.Context, entries []entry) []entry {
+// job is older than one passed on re-framed with the newer one. The
+// worker_updates of changes that waited for their worker's record come
+// first, with the id last (the last entry passed on). entries may be
+// empty (a retry of the waiting ones while the stream is idle).
+func (wv *workerViews) apply(ctx context.Context, entries []entry, last streamID) []entry {
 	dec := make([]decoded, len(entries))
 	var unknown []health.ComponentID
 	seen := map[string]bool{}
+	var late []string
+	for c := range wv.wait {
+		if wv.m[c] != nil {
+			delete(wv.wait, c)
+			continue
+		}
+		if id, err := health.ParseComponentID(c); err == nil {
+			seen[c] = true
+			unknown = append(unknown, id)
+			late = append(late, c)
+		} else {
+			delete(wv.wait, c)
+		}
+	}
 	for i, e := range entries {
 		if e.ev == nil {
 			continue
@@ -127,12 +156,23 @@ func (wv *workerViews) apply(ctx context.Context, entries []entry) []entry {
 			}
 		}
 	}
-	wv.read(ctx, unknown)
+	ok := wv.read(ctx, unknown)
 	out := make([]entry, 0, len(entries))
+	if ok {
+		lastEv := []byte(last.String())
+		for _, c := range late {
+			jc := wv.wait[c]
+			delete(wv.wait, c)
+			if de, ok := wv.change(entry{id: last, ev: &sse.Event{ID: lastEv}}, &jc); ok {
+				out = append(out, de)
+			}
+		}
+	}
 	for i, e := range entries {
 		switch d := dec[i]; {
 		case d.worker != nil && e.typ == health.EventWorkerRemoved:
 			delete(wv.m, d.worker.Worker.Component)
+			delete(wv.wait, d.worker.Worker.Component)
 			out = append(out, e)
 		case d.worker != nil:
 			out = append(out, wv.update(e, d.worker))
@@ -140,6 +180,8 @@ func (wv *workerViews) apply(ctx context.Context, entries []entry) []entry {
 			out = append(out, e)
 			if de, ok := wv.change(e, d.job); ok {
 				out = append(out, de)
+			} else if wv.m[d.job.Data.Component] == nil {
+				wv.waitFor(d.job)
 			}
 		default:
 			out = append(out, e)
@@ -148,11 +190,30 @@ func (wv *workerViews) apply(ctx context.Context, entries []entry) []entry {
 	return out
 }
 
-// read seeds the views of workers the broker has none of from their
-// records.
-func (wv *workerViews) read(ctx context.Context, ids []health.ComponentID) {
-	if len(ids) == 0 {
+// waitFor keeps jc, a change of a worker with no view, until a read of
+// its record succeeds; not one whose record was read and is absent.
+func (wv *workerViews) waitFor(jc *jobChange) {
+	c := jc.Data.Component
+	if wv.readFailed == nil || !wv.readFailed[c] {
 		return
+	}
+	if w, ok := wv.wait[c]; ok && w.Data.PID == jc.Data.PID && w.Data.WorkerSeq > jc.Data.WorkerSeq {
+		return
+	}
+	if _, ok := wv.wait[c]; ok || len(wv.wait) < maxWaiting {
+		wv.wait[c] = *jc
+	}
+}
+
+// waiting says whether changes wait for a read of their worker's record.
+func (wv *workerViews) waiting() bool { return len(wv.wait) > 0 }
+
+// read seeds the views of workers the broker has none of from their
+// records; false when the read failed (readFailed then names them).
+func (wv *workerViews) read(ctx context.Context, ids []health.ComponentID) bool {
+	clear(wv.readFailed)
+	if len(ids) == 0 {
+		return true
 	}
 	rctx, cancel := context.WithTimeout(ctx, viewReadTimeout)
 	defer cancel()
@@ -161,13 +222,20 @@ func (wv *workerViews) read(ctx context.Context, ids []health.ComponentID) {
 		if ctx.Err() == nil {
 			wv.log.Warn("events: read workers for their current job", "workers", len(ids), "err", err)
 		}
-		return
+		if wv.readFailed == nil {
+			wv.readFailed = map[string]bool{}
+		}
+		for _, id := range ids {
+			wv.readFailed[id.String()] = true
+		}
+		return false
 	}
 	for _, c := range cs {
 		if c.Status != health.StatusNone {
 			wv.m[c.ID.String()] = &workerView{v: c.View()}
 		}
 	}
+	return true
 }
 
 // update passes a worker_update on: dropped when older than the view,

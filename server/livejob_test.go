@@ -310,3 +310,60 @@ func TestCurrentJobPIDReused(t *testing.T) {
 		return w.PID == rec.PID && w.CurrentJob == "u1" && w.CurrentSeq == 1
 	})
 }
+
+// A current-job change of a worker the broker has no view of, whose record
+// it could not read (Redis failed the read, or timed it out), is sent once
+// a later read succeeds: on the next batch, or when the stream is idle.
+// Before, it was lost: the worker's current job stayed stale for clients
+// until its next change (a long job's whole run).
+func TestCurrentJobReadRetried(t *testing.T) {
+	h := newHarness(t, setup{})
+	id, other := h.id(0), health.ComponentID{Queue: h.q1, Slot: 1}
+	h.seed(id, health.StatusHealthy, nil)
+	h.seed(other, health.StatusHealthy, nil)
+	rdb := h.redis.Client
+	key := h.store.Keys().Component(id)
+	c := subscribe(t, serveHTTP(t, h.h), []string{id.Topic()}, "")
+	if m := c.next(); m.Event != health.EventSnapshot {
+		t.Fatalf("first message %+v, want the snapshot", m)
+	}
+	o := subscribe(t, serveHTTP(t, h.h), []string{other.Topic()}, "")
+	if m := o.next(); m.Event != health.EventSnapshot {
+		t.Fatalf("first message %+v, want the snapshot", m)
+	}
+	// A read of the record fails (WRONGTYPE, as an error of Redis would).
+	if err := rdb.Del(ctx(t), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx(t), key, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(queue.JobEvent{Queue: h.q1, ID: "t1", State: queue.StateProcessing, Component: id.String(), PID: 4242,
+		WorkerJob: "t1", WorkerSeq: 1})
+	for _, topic := range []string{queue.JobTopic(h.q1, "t1"), queue.TopicJobs} {
+		env, _ := json.Marshal(map[string]any{"topic": topic, "type": health.EventJob, "timestamp": time.Now().UnixMilli(), "data": json.RawMessage(data)})
+		if err := rdb.XAdd(ctx(t), &redis.XAddArgs{Stream: h.store.Keys().Events(),
+			Values: []string{"topic", topic, "type", health.EventJob, "data", string(env)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The broker has read the change (and failed to read the record) once
+	// an entry after it is fanned out.
+	seen := h.emit(other.Topic(), "after the change")
+	if m := o.next(); m.ID != seen {
+		t.Fatalf("got %s %s, want the marker", m.Event, m.Data)
+	}
+	// Redis answers again.
+	if err := rdb.Del(ctx(t), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.seed(id, health.StatusHealthy, nil)
+	marker := h.emit(id.Topic(), "marker")
+	m := c.next()
+	if m.ID == marker {
+		t.Fatal("the change was lost: the marker came first")
+	}
+	if w := m.event(t).Worker; m.Event != health.EventWorker || w == nil || w.CurrentJob != "t1" || w.CurrentSeq != 1 || w.Status != "healthy" {
+		t.Fatalf("got %s %s, want the worker with t1", m.Event, m.Data)
+	}
+}
