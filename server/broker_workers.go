@@ -41,8 +41,9 @@ import (
 // trip, when a change of its current job comes. When that read fails, the
 // change waits (the last one per worker) and the read is tried again with
 // the next batch, or when the stream is idle (the reader's blocking read
-// timed out): its worker_update then goes out late, with the id of the
-// last entry passed on.
+// timed out), after a backoff (250 ms doubling to 5 s; meanwhile the
+// changes of other workers it has no view of wait too): its worker_update
+// then goes out late, with the id of the last entry passed on.
 //
 // What the derived events are not: entries of the stream. A client that
 // catches up from the stream (Last-Event-ID, or after a burst) gets the
@@ -60,10 +61,22 @@ type workerViews struct {
 	wait map[string]jobChange
 	// readFailed names the workers of the last read, if it failed.
 	readFailed map[string]bool
+	// After a failed read, none is tried before nextRead (backoff doubles
+	// from readBackoffMin to readBackoffMax): a read blocks the fan-out
+	// of every client, up to viewReadTimeout, and while a Redis Cluster
+	// shard holding records is down the stream still answers.
+	nextRead time.Time
+	backoff  time.Duration
 }
 
 // maxWaiting bounds the changes waiting for their worker's record.
 const maxWaiting = 10_000
+
+// The backoff of the reads of workers after a failed one.
+const (
+	readBackoffMin = 250 * time.Millisecond
+	readBackoffMax = 5 * time.Second
+)
 
 type workerView struct {
 	v health.WorkerView
@@ -215,13 +228,7 @@ func (wv *workerViews) read(ctx context.Context, ids []health.ComponentID) bool 
 	if len(ids) == 0 {
 		return true
 	}
-	rctx, cancel := context.WithTimeout(ctx, viewReadTimeout)
-	defer cancel()
-	cs, err := wv.store.GetMany(rctx, ids)
-	if err != nil {
-		if ctx.Err() == nil {
-			wv.log.Warn("events: read workers for their current job", "workers", len(ids), "err", err)
-		}
+	failed := func() bool {
 		if wv.readFailed == nil {
 			wv.readFailed = map[string]bool{}
 		}
@@ -230,6 +237,21 @@ func (wv *workerViews) read(ctx context.Context, ids []health.ComponentID) bool 
 		}
 		return false
 	}
+	if time.Now().Before(wv.nextRead) {
+		return failed() // the last one failed a moment ago
+	}
+	rctx, cancel := context.WithTimeout(ctx, viewReadTimeout)
+	defer cancel()
+	cs, err := wv.store.GetMany(rctx, ids)
+	if err != nil {
+		if ctx.Err() == nil {
+			wv.log.Warn("events: read workers for their current job", "workers", len(ids), "err", err)
+		}
+		wv.backoff = min(max(2*wv.backoff, readBackoffMin), readBackoffMax)
+		wv.nextRead = time.Now().Add(wv.backoff)
+		return failed()
+	}
+	wv.backoff, wv.nextRead = 0, time.Time{}
 	for _, c := range cs {
 		if c.Status != health.StatusNone {
 			wv.m[c.ID.String()] = &workerView{v: c.View()}
