@@ -28,7 +28,7 @@ import (
 // A client opened while a failover is under way heard none of its events:
 // its first commands wait (at most guardReady) until one of its sentinels
 // answered whether a failover of the master is in progress, and hold if
-// one is (finding E21 of the fault explorer: a host restarted during a
+// one is (finding E22 of the fault explorer: a host restarted during a
 // manual failover wrote its completions to the old master).
 const (
 	guardMax    = 5 * time.Second

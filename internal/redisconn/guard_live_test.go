@@ -15,7 +15,7 @@ import (
 // the replica, before it announced it) holds its commands too: it heard
 // none of the events, and the old master still takes writes, lost once it
 // is a replica (found by the fault explorer: sentinel seeds 85009, 85024,
-// a host restarted during a manual failover; E21). The replica is frozen
+// a host restarted during a manual failover; E22). The replica is frozen
 // so that the failover waits for its promotion. Skipped without
 // redis-server (testtopo).
 func TestGuardHoldsAClientOpenedDuringAFailover(t *testing.T) {
