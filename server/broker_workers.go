@@ -57,8 +57,10 @@ type workerViews struct {
 	log   *slog.Logger
 	m     map[string]*workerView // by component
 	// wait holds the last current-job change of each worker without a
-	// view whose record could not be read (at most maxWaiting).
-	wait map[string]jobChange
+	// view whose record could not be read (at most maxWaiting, for
+	// waitMax: a record that cannot be read at all, a key of another
+	// type, must not fail the reads of the others for good).
+	wait map[string]waitingChange
 	// readFailed names the workers of the last read, if it failed.
 	readFailed map[string]bool
 	// After a failed read, none is tried before nextRead (backoff doubles
@@ -69,8 +71,18 @@ type workerViews struct {
 	backoff  time.Duration
 }
 
-// maxWaiting bounds the changes waiting for their worker's record.
-const maxWaiting = 10_000
+// waitingChange is a change waiting for its worker's record since.
+type waitingChange struct {
+	jc    jobChange
+	since time.Time
+}
+
+// maxWaiting and waitMax bound the changes waiting for their worker's
+// record.
+const (
+	maxWaiting = 10_000
+	waitMax    = time.Minute
+)
 
 // The backoff of the reads of workers after a failed one.
 const (
@@ -108,7 +120,7 @@ var workerSeqMark = []byte(`"worker_seq":`)
 const viewReadTimeout = 2 * time.Second
 
 func newWorkerViews(store *health.Store, log *slog.Logger) *workerViews {
-	return &workerViews{store: store, log: log, m: map[string]*workerView{}, wait: map[string]jobChange{}}
+	return &workerViews{store: store, log: log, m: map[string]*workerView{}, wait: map[string]waitingChange{}}
 }
 
 // decoded is one entry of a batch as apply reads it.
@@ -129,8 +141,9 @@ func (wv *workerViews) apply(ctx context.Context, entries []entry, last streamID
 	var unknown []health.ComponentID
 	seen := map[string]bool{}
 	var late []string
-	for c := range wv.wait {
-		if wv.m[c] != nil {
+	now := time.Now()
+	for c, w := range wv.wait {
+		if wv.m[c] != nil || now.Sub(w.since) > waitMax {
 			delete(wv.wait, c)
 			continue
 		}
@@ -174,7 +187,7 @@ func (wv *workerViews) apply(ctx context.Context, entries []entry, last streamID
 	if ok {
 		lastEv := []byte(last.String())
 		for _, c := range late {
-			jc := wv.wait[c]
+			jc := wv.wait[c].jc
 			delete(wv.wait, c)
 			if de, ok := wv.change(entry{id: last, ev: &sse.Event{ID: lastEv}}, &jc); ok {
 				out = append(out, de)
@@ -204,18 +217,25 @@ func (wv *workerViews) apply(ctx context.Context, entries []entry, last streamID
 }
 
 // waitFor keeps jc, a change of a worker with no view, until a read of
-// its record succeeds; not one whose record was read and is absent.
+// its record succeeds (or waitMax from the first failed one); not one
+// whose record was read and is absent.
 func (wv *workerViews) waitFor(jc *jobChange) {
 	c := jc.Data.Component
 	if wv.readFailed == nil || !wv.readFailed[c] {
 		return
 	}
-	if w, ok := wv.wait[c]; ok && w.Data.PID == jc.Data.PID && w.Data.WorkerSeq > jc.Data.WorkerSeq {
+	w, ok := wv.wait[c]
+	if ok && w.jc.Data.PID == jc.Data.PID && w.jc.Data.WorkerSeq > jc.Data.WorkerSeq {
 		return
 	}
-	if _, ok := wv.wait[c]; ok || len(wv.wait) < maxWaiting {
-		wv.wait[c] = *jc
+	if !ok {
+		if len(wv.wait) >= maxWaiting {
+			return
+		}
+		w.since = time.Now()
 	}
+	w.jc = *jc
+	wv.wait[c] = w
 }
 
 // waiting says whether changes wait for a read of their worker's record.
