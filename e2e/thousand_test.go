@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,11 @@ type fleet struct {
 	base    string
 	redis   string
 	workers []health.Component
+	store   *health.Store
+	ts      *httptest.Server
+	// eventsDown makes GET /api/v1/events answer 503 (a page then
+	// reconnects on its own, from its last event id).
+	eventsDown atomic.Bool
 }
 
 // fleetRedis returns a Redis of the test's own and what it is.
@@ -76,7 +82,7 @@ func newFleet(tb testing.TB, n int) *fleet {
 	tb.Helper()
 	rdb, kind := fleetRedis(tb)
 	store := health.NewStore(rdb, "", 0)
-	f := &fleet{redis: kind}
+	f := &fleet{redis: kind, store: store}
 	var queues []string
 	for q := range 10 {
 		queues = append(queues, fmt.Sprintf("q%02d", q))
@@ -108,12 +114,18 @@ func newFleet(tb testing.TB, n int) *fleet {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f.eventsDown.Load() && r.URL.Path == "/api/v1/events" {
+			http.Error(w, "down for the test", http.StatusServiceUnavailable)
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
 	tb.Cleanup(func() {
 		_ = srv.Close()
 		ts.Close()
 	})
-	f.base = ts.URL
+	f.base, f.ts = ts.URL, ts
 	tb.Logf("a fleet of %d workers on %s in %v", n, kind, time.Since(now).Round(time.Millisecond))
 	return f
 }

@@ -201,6 +201,12 @@ function apply(e, type) {
   } else if (parts[0] === 'worker' && e.worker) {
     const prev = state.workers.get(e.worker.component);
     if (prev && olderView(e.worker, prev)) { e.stale = true; return; }
+    // A newer status with an older current job (written before a change
+    // of it the page has, from a job event): the broker gives it the newer
+    // job live, not in a catch-up from the stream.
+    if (prev && sameProcess(e.worker, prev) && (e.worker.current_seq || 0) < (prev.current_seq || 0)) {
+      e.worker.current_job = prev.current_job; e.worker.current_seq = prev.current_seq;
+    }
     // Only its current job changed (the broker's worker_update of a job's
     // start or end): not a new status.
     e.jobOnly = !!prev && type === 'worker_update' && prev.rev === e.worker.rev && prev.status === e.worker.status;
@@ -287,6 +293,12 @@ function olderView(w, cur) {
   const r = w.rev || 0, c = cur.rev || 0;
   if (r !== c) return r < c;
   return w.pid === cur.pid && (w.current_seq || 0) < (cur.current_seq || 0);
+}
+
+// sameProcess says whether two views of a worker are of one process (a
+// restarted container's worker may have its predecessor's pid).
+function sameProcess(a, b) {
+  return !!a.pid && a.pid === b.pid && a.started_at === b.started_at;
 }
 
 // An operator's pause of a worker is the admin API's, not the
