@@ -199,9 +199,22 @@ func (s *Supervisor) releaseAll() {
 	if s.redis.down() {
 		return
 	}
-	s.recoverDeferred() // what an outage left, before this host goes
-	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
+	// Bounded by 5 op_timeouts, and by the stop's own budget (releaseBy,
+	// E23), but never less than a quarter of a second: a release is
+	// worth a try, it saves the other hosts a lease's wait.
+	by := time.Now().Add(5 * s.cfg.OpTimeout)
+	if !s.releaseBy.IsZero() {
+		floor := time.Now().Add(min(s.cfg.OpTimeout, 250*time.Millisecond))
+		if s.releaseBy.Before(by) {
+			by = s.releaseBy
+		}
+		if by.Before(floor) {
+			by = floor
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), by)
 	defer cancel()
+	s.recoverDeferred() // what an outage left, before this host goes
 	keys := s.store.Keys()
 	for _, id := range s.ids() {
 		if err := s.store.ReleaseSlot(ctx, id, s.cluster.me); err != nil {
