@@ -124,13 +124,30 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 		limit = max(want, p.holding+1) // slots nobody took for a whole tick: take one more
 	}
 	// Claimed in rounds of one round trip, each for as many slots as
-	// this host still wants (a slot taken meanwhile is refused).
-	var toAdopt, left []health.ComponentID
-	var claimedAt []time.Time
+	// this host still wants (a slot taken meanwhile is refused) and can
+	// adopt in what is left of a sixth of a lease, by what an adoption
+	// took so far (a few, to measure, before the first); what it took is
+	// adopted before the next round. The next tick follows at once when
+	// slots were left for the budget: leases are renewed at a tick's
+	// start, and a tick that adopted a thousand slots on a slow link or a
+	// loaded machine outlasted a lease, the first ones lapsing.
+	began, budget := time.Now(), s.cfg.Lease/6
+	cut := false
+	var left []health.ComponentID
 	for len(free) > 0 {
 		n := min(len(free), limit-p.holding)
 		if n <= 0 {
 			break
+		}
+		rest := budget - time.Since(began)
+		if rest <= 0 {
+			cut = true
+			break
+		}
+		if s.cluster.adoptEach == 0 {
+			n = min(n, 4)
+		} else {
+			n = min(n, max(1, int(rest/s.cluster.adoptEach)))
 		}
 		batch := free[:n]
 		free = free[n:]
@@ -143,19 +160,25 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 		if err != nil {
 			return p, err
 		}
+		var toAdopt []health.ComponentID
 		for j, i := range batch {
 			gone = append(gone, cand[i]) // taken, by this host or meanwhile by another
 			if ok[j] && s.workers[cand[i]] == nil {
 				toAdopt = append(toAdopt, cand[i])
-				claimedAt = append(claimedAt, at)
 				p.holding++
 			}
+		}
+		if err := s.adoptTaken(ctx, toAdopt, at); err != nil {
+			return p, err
 		}
 	}
 	for _, i := range free {
 		left = append(left, cand[i])
 	}
-	s.cluster.freeSeen = len(left) > 0
+	s.cluster.freeSeen = len(left) > 0 && !cut // left by this host's budget, not by every host
+	if cut && len(left) > 0 {
+		s.cluster.early = time.Millisecond
+	}
 	// What a scan saw free and nobody took is shown to the other hosts.
 	if scan {
 		if err := s.store.MarkFree(ctx, left); err != nil {
@@ -165,16 +188,30 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 	if err := s.store.ForgetFree(ctx, gone); err != nil {
 		return p, err
 	}
-	if len(toAdopt) > 0 {
-		recs, err := s.store.GetMany(ctx, toAdopt)
-		if err != nil {
-			return p, err
-		}
-		for i, id := range toAdopt {
-			s.adopt(id, recs[i], claimedAt[i])
-		}
-	}
 	return p, nil
+}
+
+// adoptTaken adopts the slots a claim round took at at, and measures what
+// one adoption takes (for the rounds' size).
+func (s *Supervisor) adoptTaken(ctx context.Context, ids []health.ComponentID, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	began := time.Now()
+	recs, err := s.store.GetMany(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		s.adopt(id, recs[i], at)
+	}
+	c := time.Since(began) / time.Duration(len(ids))
+	if s.cluster.adoptEach == 0 {
+		s.cluster.adoptEach = c
+	} else {
+		s.cluster.adoptEach = (3*s.cluster.adoptEach + c) / 4
+	}
+	return nil
 }
 
 // needScan reports whether this tick's claim reads every lease (see

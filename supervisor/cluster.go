@@ -43,6 +43,7 @@ type clusterState struct {
 	lastStats    map[string]string  // leader: last announced queue stats
 	tick         func() bool        // stops the tick timer
 	early        time.Duration      // next tick sooner than a third of a lease
+	adoptEach    time.Duration      // what adopting one slot took at the last ticks (claim)
 	refused      map[string]string  // queue → pool size in Redis refused (logged once)
 	left         bool               // shut down: leases released, no more ticks
 	hostWritten  time.Time          // real time of the last write of this host's record (it expires a lease later)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/alicebob/miniredis/v2/server"
 )
@@ -174,6 +175,17 @@ func (c *conn) commands(up net.Conn) {
 			e.kind = raw
 		}
 		c.push(e)
+		// The last command of what the client wrote waits out the
+		// delay: one per round trip, a pipeline's included.
+		if d := c.p.roundTripDelay(); d > 0 && r.Buffered() == 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-c.done:
+				t.Stop()
+				return
+			}
+		}
 		if !c.forward(up, encode(args)) {
 			return
 		}

@@ -22,6 +22,7 @@ type Proxy struct {
 	closed  bool
 	refuse  bool
 	resume  chan struct{} // nil when not stalled; closed when the stall ends
+	delay   time.Duration // added to every round trip (Delay)
 	drop    *dropArm
 	conns   map[*conn]struct{}
 	counted Stats
@@ -119,6 +120,21 @@ func (p *Proxy) Stall(on bool) {
 		close(p.resume)
 		p.resume = nil
 	}
+}
+
+// Delay adds d to every round trip from now on (0: none), as a slow
+// network would: a client's write (one command, or a pipeline) waits d
+// before it is forwarded.
+func (p *Proxy) Delay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
+func (p *Proxy) roundTripDelay() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.delay
 }
 
 // DropReply arms a lost reply: the next client command (on any connection)
