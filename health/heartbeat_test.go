@@ -1,7 +1,6 @@
 package health_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/internal/testredis"
 )
 
@@ -326,7 +325,7 @@ func TestRunDegradedAndRecovered(t *testing.T) {
 	s, link := faultyStore(t, env)
 
 	h, fc := newHeartbeater(t, s)
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	h.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -360,11 +359,11 @@ func TestRunDegradedAndRecovered(t *testing.T) {
 		if i >= health.DegradedAfter {
 			want = 1
 		}
-		if n := logs.count("msg=HEARTBEAT_DEGRADED"); n != want {
+		if n := strings.Count(logs.String(), "msg=HEARTBEAT_DEGRADED"); n != want {
 			t.Fatalf("after %d failed beats HEARTBEAT_DEGRADED logged %d times, want %d\n%s", i, n, want, logs)
 		}
 	}
-	if n := logs.count("msg=HEARTBEAT_RECOVERED"); n != 0 {
+	if n := strings.Count(logs.String(), "msg=HEARTBEAT_RECOVERED"); n != 0 {
 		t.Fatalf("HEARTBEAT_RECOVERED logged while down:\n%s", logs)
 	}
 	if !strings.Contains(logs.String(), "component="+tag0.String()) {
@@ -373,7 +372,7 @@ func TestRunDegradedAndRecovered(t *testing.T) {
 
 	link.setDown(false)
 	step()
-	if n := logs.count("msg=HEARTBEAT_RECOVERED"); n != 1 {
+	if n := strings.Count(logs.String(), "msg=HEARTBEAT_RECOVERED"); n != 1 {
 		t.Fatalf("HEARTBEAT_RECOVERED logged %d times, want 1\n%s", n, logs)
 	}
 	if h.Failures() != 0 || h.Beats() != 2 {
@@ -386,10 +385,10 @@ func TestRunDegradedAndRecovered(t *testing.T) {
 	}
 	assertHeartbeatKey(t, base, fc.Now())
 	step()
-	if n := logs.count("msg=HEARTBEAT_RECOVERED"); n != 1 {
+	if n := strings.Count(logs.String(), "msg=HEARTBEAT_RECOVERED"); n != 1 {
 		t.Errorf("HEARTBEAT_RECOVERED logged again after a second good beat:\n%s", logs)
 	}
-	if n := logs.count("msg=HEARTBEAT_DEGRADED"); n != 1 {
+	if n := strings.Count(logs.String(), "msg=HEARTBEAT_DEGRADED"); n != 1 {
 		t.Errorf("HEARTBEAT_DEGRADED logged %d times in all, want 1", n)
 	}
 }
@@ -400,7 +399,7 @@ func TestRunShortOutageIsNotDegraded(t *testing.T) {
 	seed(t, base, record(tag0, health.StatusStarting, beatPID))
 	s, link := faultyStore(t, env)
 	h, fc := newHeartbeater(t, s)
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	h.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -420,7 +419,7 @@ func TestRunShortOutageIsNotDegraded(t *testing.T) {
 		fc.Advance(h.Interval)
 		nextTimer(t, fc)
 	}
-	if n := logs.count("HEARTBEAT_"); n != 0 {
+	if n := strings.Count(logs.String(), "HEARTBEAT_"); n != 0 {
 		t.Errorf("isolated failures logged HEARTBEAT_*:\n%s", logs)
 	}
 	if h.Failures() != 0 || h.Beats() != 1+health.DegradedAfter {
@@ -482,26 +481,6 @@ func (c *faultyConn) Write(p []byte) (int, error) {
 	}
 	return c.Conn.Write(p)
 }
-
-// lockedBuffer is a log sink safe for the writer goroutine and the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *lockedBuffer) count(s string) int { return strings.Count(b.String(), s) }
 
 // nextTimer waits until the fake clock's next timer is scheduled and
 // returns its duration.

@@ -1,11 +1,9 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/internal/testredis"
 )
 
@@ -54,7 +53,7 @@ func TestLeaseRecoveryLeavesLiveOwnersAlone(t *testing.T) {
 	rdb.HSet(ctx, keys.Component(a), health.FieldPID, 111, health.FieldStatus, string(health.StatusHealthy))
 	rdb.HSet(ctx, keys.Component(b), health.FieldPID, 333, health.FieldStatus, string(health.StatusHealthy))
 
-	var logs syncBuffer
+	var logs testlog.Buffer
 	m := new(Metrics)
 	wenv := health.WorkerEnv{RedisURL: env.URL, Prefix: env.Prefix, Component: health.ComponentID{Queue: q, Slot: 2},
 		Host: "h1", Concurrency: 1, HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: 2 * time.Second,
@@ -98,22 +97,4 @@ func TestLeaseRecoveryLeavesLiveOwnersAlone(t *testing.T) {
 	if !strings.Contains(logs.String(), "asynq's lease recovery takes a task no live process owns") {
 		t.Fatalf("no log line for the tasks taken:\n%s", logs.String())
 	}
-}
-
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

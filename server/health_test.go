@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/server"
 )
@@ -92,7 +93,7 @@ func TestErrorsNameNoInternalAddress(t *testing.T) {
 	port := strconv.Itoa(testredis.FreePort(t))
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
-	logs := &lineSink{}
+	logs := &testlog.Buffer{}
 	h, err := server.New(server.Config{Store: health.NewStore(rdb, "", 0), Queues: []string{"tag"}, Token: testToken,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

@@ -8,11 +8,11 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/server"
 )
 
@@ -134,24 +134,6 @@ func loginTLS(t *testing.T, h *harness, r req, overTLS bool) *http.Cookie {
 	return rec.Result().Cookies()[0]
 }
 
-// lineSink is a concurrency-safe log destination.
-type lineSink struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *lineSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lineSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestFailedLoginsThrottledAndLogged: wrong tokens from one client are
 // throttled (429 with Retry-After, the right token too, until the
 // client's budget refills) and logged without flooding the log; other
@@ -159,7 +141,7 @@ func (s *lineSink) String() string {
 // no log line).
 func TestFailedLoginsThrottledAndLogged(t *testing.T) {
 	fc := clock.NewFake(time.UnixMilli(1_790_000_000_000))
-	logs := &lineSink{}
+	logs := &testlog.Buffer{}
 	h := newHarness(t, setup{cfg: func(c *server.Config) {
 		c.Clock = fc
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))

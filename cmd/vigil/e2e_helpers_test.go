@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -30,24 +30,6 @@ const envTestWorker = "VIGIL_E2E_TEST_WORKER"
 // cores under -race.
 const e2eTimeout = 30 * time.Second
 
-// syncBuffer is a log sink the test reads while serve writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // e2e is `vigil serve` running in the test on a Redis of its choosing,
 // with pools of demo workers (the test binary itself).
 type e2e struct {
@@ -57,7 +39,7 @@ type e2e struct {
 	base  string // http://addr
 	rdb   redis.UniversalClient
 	store *health.Store
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 }
 
 // e2eConfig is a configuration with fast heartbeats, a unique prefix and
@@ -93,7 +75,7 @@ func randSuffix() string {
 // startServe runs serve with cfg until the test ends.
 func startServe(tb testing.TB, cfg config.Config) *e2e {
 	tb.Helper()
-	e := &e2e{tb: tb, cfg: cfg, logs: &syncBuffer{}}
+	e := &e2e{tb: tb, cfg: cfg, logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan *supervisor.Supervisor, 1)
