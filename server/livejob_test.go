@@ -174,18 +174,9 @@ func TestCurrentJobBrokerOrder(t *testing.T) {
 	if m := c.next(); m.Event != health.EventSnapshot {
 		t.Fatalf("first message %+v, want the snapshot", m)
 	}
-	rdb := h.redis.Client
 	job := func(task string, pid int, current string, seq int64) {
 		t.Helper()
-		data, _ := json.Marshal(queue.JobEvent{Queue: h.q1, ID: task, State: queue.StateProcessing, Component: id.String(), PID: pid,
-			WorkerJob: current, WorkerSeq: seq})
-		for _, topic := range []string{queue.JobTopic(h.q1, task), queue.TopicJobs} {
-			env, _ := json.Marshal(map[string]any{"topic": topic, "type": health.EventJob, "timestamp": time.Now().UnixMilli(), "data": json.RawMessage(data)})
-			if err := rdb.XAdd(ctx(t), &redis.XAddArgs{Stream: h.store.Keys().Events(),
-				Values: []string{"topic", topic, "type", health.EventJob, "data", string(env)}}).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		addProcessing(t, h, id, task, pid, current, seq)
 	}
 	update := func(mod func(*health.Component)) string {
 		t.Helper()
@@ -261,18 +252,9 @@ func TestCurrentJobPIDReused(t *testing.T) {
 	if m := c.next(); m.Event != health.EventSnapshot {
 		t.Fatalf("first message %+v, want the snapshot", m)
 	}
-	rdb := h.redis.Client
 	job := func(task string, pid int, current string, seq int64) {
 		t.Helper()
-		data, _ := json.Marshal(queue.JobEvent{Queue: h.q1, ID: task, State: queue.StateProcessing, Component: id.String(), PID: pid,
-			WorkerJob: current, WorkerSeq: seq})
-		for _, topic := range []string{queue.JobTopic(h.q1, task), queue.TopicJobs} {
-			env, _ := json.Marshal(map[string]any{"topic": topic, "type": health.EventJob, "timestamp": time.Now().UnixMilli(), "data": json.RawMessage(data)})
-			if err := rdb.XAdd(ctx(t), &redis.XAddArgs{Stream: h.store.Keys().Events(),
-				Values: []string{"topic", topic, "type", health.EventJob, "data", string(env)}}).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		addProcessing(t, h, id, task, pid, current, seq)
 	}
 	expect := func(what string, ok func(*health.WorkerView) bool) {
 		t.Helper()
@@ -363,5 +345,21 @@ func TestCurrentJobReadRetried(t *testing.T) {
 	m := c.next()
 	if w := m.event(t).Worker; m.Event != health.EventWorker || w == nil || w.CurrentJob != "t1" || w.CurrentSeq != 1 || w.Status != "healthy" {
 		t.Fatalf("got %s %s, want the worker with t1", m.Event, m.Data)
+	}
+}
+
+// addProcessing writes a processing event of task, run by process pid of
+// id, as a worker writes it (to the job's topic and to queue:jobs), saying
+// that id's current job is now current, its seq-th change.
+func addProcessing(t *testing.T, h *harness, id health.ComponentID, task string, pid int, current string, seq int64) {
+	t.Helper()
+	data, _ := json.Marshal(queue.JobEvent{Queue: h.q1, ID: task, State: queue.StateProcessing, Component: id.String(), PID: pid,
+		WorkerJob: current, WorkerSeq: seq})
+	for _, topic := range []string{queue.JobTopic(h.q1, task), queue.TopicJobs} {
+		env, _ := json.Marshal(map[string]any{"topic": topic, "type": health.EventJob, "timestamp": time.Now().UnixMilli(), "data": json.RawMessage(data)})
+		if err := h.redis.Client.XAdd(ctx(t), &redis.XAddArgs{Stream: h.store.Keys().Events(),
+			Values: []string{"topic", topic, "type", health.EventJob, "data", string(env)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
