@@ -135,7 +135,11 @@ func (t *procTable) read(pid int) (proc, bool) {
 				env[2] = v
 			}
 		}
-		if state != 'Z' { // a zombie's environment reads empty
+		// A zombie's environment reads empty, and so does that of a
+		// process caught inside execve: its parent has seen the exec
+		// succeed (os/exec's close-on-exec pipe) before the kernel set up
+		// the new environment. Neither is kept: read it again next time.
+		if state != 'Z' && len(b) > 0 {
 			t.mu.Lock()
 			t.env[key] = env
 			t.mu.Unlock()

@@ -20,7 +20,15 @@ func TestProcStarted(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
-	p, ok := newProcTable().read(cmd.Process.Pid)
+	// os/exec's Start returns once the exec has begun, which can be
+	// before the kernel set up the new environment: read until it is
+	// there.
+	table := newProcTable()
+	p, ok := table.read(cmd.Process.Pid)
+	for deadline := time.Now().Add(2 * time.Second); !ok && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // polling /proc, not waiting for a goroutine
+		p, ok = table.read(cmd.Process.Pid)
+	}
 	if !ok || p.comp != "worker:a:1" || p.host != "h7" || p.prefix != "px:" || !p.alive() {
 		t.Fatalf("read %+v %v", p, ok)
 	}
