@@ -190,8 +190,9 @@ func (s *Supervisor) fence(w *worker) {
 	t.to(stFenced)
 }
 
-// releaseAll gives up every lease this host holds (graceful shutdown).
-func (s *Supervisor) releaseAll() {
+// releaseAll gives up every lease this host holds (graceful shutdown),
+// giving up by by (the stop's budget, E23).
+func (s *Supervisor) releaseAll(by time.Time) {
 	s.cluster.left = true // no tick may renew (re-take) a released lease
 	if s.cfg.OnLeader != nil {
 		s.cfg.OnLeader(false, time.Time{}) // before the lease goes: no fire after it
@@ -199,18 +200,15 @@ func (s *Supervisor) releaseAll() {
 	if s.redis.down() {
 		return
 	}
-	// Bounded by 5 op_timeouts, and by the stop's own budget (releaseBy,
-	// E23), but never less than a quarter of a second: a release is
-	// worth a try, it saves the other hosts a lease's wait.
-	by := time.Now().Add(5 * s.cfg.OpTimeout)
-	if !s.releaseBy.IsZero() {
-		floor := time.Now().Add(min(s.cfg.OpTimeout, 250*time.Millisecond))
-		if s.releaseBy.Before(by) {
-			by = s.releaseBy
-		}
-		if by.Before(floor) {
-			by = floor
-		}
+	// Bounded by 5 op_timeouts, and by the stop's own budget (E23), but
+	// never less than a quarter of a second: a release is worth a try, it
+	// saves the other hosts a lease's wait.
+	now := time.Now()
+	if most := now.Add(5 * s.cfg.OpTimeout); most.Before(by) {
+		by = most
+	}
+	if least := now.Add(min(s.cfg.OpTimeout, 250*time.Millisecond)); by.Before(least) {
+		by = least
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), by)
 	defer cancel()

@@ -63,9 +63,6 @@ type Supervisor struct {
 	recoverLater []deadPID     // recoveries made once Redis answers again
 	drained      chan struct{} // closed once shutting down and no process left
 	cluster      clusterState
-	// releaseBy is when a graceful stop's lease releases must have given
-	// up (set by shutdownInOrder before the monitor's releaseAll).
-	releaseBy time.Time
 }
 
 // New checks cfg and returns a supervisor that keeps its state in store.
@@ -214,7 +211,7 @@ func (s *Supervisor) shutdownInOrder() {
 	cancel()
 	_ = s.call(context.Background(), s.shutdown)
 	<-s.drained
-	_ = s.call(context.Background(), func() { s.releaseBy = releaseBy; s.releaseAll() })
+	_ = s.call(context.Background(), func() { s.releaseAll(releaseBy) })
 	close(s.quit)
 	<-s.dead
 	s.wg.Wait()
