@@ -190,13 +190,7 @@ func TestCurrentJobBrokerOrder(t *testing.T) {
 	}
 	expect := func(what string, ok func(*health.WorkerView) bool) {
 		t.Helper()
-		m := c.next()
-		if m.Event != health.EventWorker {
-			t.Fatalf("%s: got %s %s", what, m.Event, m.Data)
-		}
-		if w := m.event(t).Worker; !ok(w) {
-			t.Fatalf("%s: got %+v", what, w)
-		}
+		expectWorkerUpdate(t, c, what, ok)
 	}
 
 	job("t1", rec.PID, "t1", 1)
@@ -258,13 +252,7 @@ func TestCurrentJobPIDReused(t *testing.T) {
 	}
 	expect := func(what string, ok func(*health.WorkerView) bool) {
 		t.Helper()
-		m := c.next()
-		if m.Event != health.EventWorker {
-			t.Fatalf("%s: got %s %s", what, m.Event, m.Data)
-		}
-		if w := m.event(t).Worker; !ok(w) {
-			t.Fatalf("%s: got %+v", what, w)
-		}
+		expectWorkerUpdate(t, c, what, ok)
 	}
 	for i := int64(1); i <= 3; i++ {
 		task := "t" + strconv.FormatInt(i, 10)
@@ -361,5 +349,18 @@ func addProcessing(t *testing.T, h *harness, id health.ComponentID, task string,
 			Values: []string{"topic", topic, "type", health.EventJob, "data", string(env)}}).Err(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// expectWorkerUpdate reads c's next message, which must be a worker_update
+// whose worker ok accepts; what names it in a failure.
+func expectWorkerUpdate(t *testing.T, c *sseClient, what string, ok func(*health.WorkerView) bool) {
+	t.Helper()
+	m := c.next()
+	if m.Event != health.EventWorker {
+		t.Fatalf("%s: got %s %s", what, m.Event, m.Data)
+	}
+	if w := m.event(t).Worker; !ok(w) {
+		t.Fatalf("%s: got %+v", what, w)
 	}
 }
