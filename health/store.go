@@ -258,7 +258,7 @@ func (s *Store) addEvent(ctx context.Context, pipe redis.Pipeliner, e Event) {
 		Stream: s.keys.Events(),
 		MaxLen: s.maxEvents,
 		Approx: true,
-		Values: []string{"topic", e.Topic, "type", e.Type, "data", string(data)},
+		Values: []string{EntryTopic, e.Topic, EntryType, e.Type, EntryData, string(data)},
 	})
 }
 
@@ -269,14 +269,19 @@ func (s *Store) AddEventTo(ctx context.Context, pipe redis.Pipeliner, e Event) {
 }
 
 // AddEncodedEventTo is AddEventTo for an event already encoded: data is
-// json.Marshal's encoding of the Event of that topic and type (a caller
-// that writes one payload under several topics builds it once).
-func (s *Store) AddEncodedEventTo(ctx context.Context, pipe redis.Pipeliner, topic, typ, data string) {
+// json.Marshal's encoding of the Event of that topic and type. also, if
+// set, is a second topic the entry is an event of (EntryAlso): one entry
+// stands for both.
+func (s *Store) AddEncodedEventTo(ctx context.Context, pipe redis.Pipeliner, topic, also, typ, data string) {
+	values := []string{EntryTopic, topic, EntryType, typ, EntryData, data}
+	if also != "" {
+		values = append(values, EntryAlso, also)
+	}
 	pipe.XAdd(ctx, &redis.XAddArgs{
 		Stream: s.keys.Events(),
 		MaxLen: s.maxEvents,
 		Approx: true,
-		Values: []string{"topic", topic, "type", typ, "data", data},
+		Values: values,
 	})
 }
 
@@ -288,7 +293,7 @@ func (s *Store) AddEvent(ctx context.Context, e Event) (string, error) {
 	}
 	id, err := s.rdb.XAdd(ctx, &redis.XAddArgs{
 		Stream: s.keys.Events(), MaxLen: s.maxEvents, Approx: true,
-		Values: []string{"topic", e.Topic, "type", e.Type, "data", string(data)},
+		Values: []string{EntryTopic, e.Topic, EntryType, e.Type, EntryData, string(data)},
 	}).Result()
 	if err != nil {
 		return "", fmt.Errorf("add event %s: %w", e.Topic, err)

@@ -102,8 +102,8 @@ func jobEvents(ctx context.Context, store *health.Store, pipe redis.Pipeliner, t
 	data, _ := json.Marshal(e) // plain struct: cannot fail
 	ms := t.UnixMilli()
 	topic := JobTopic(e.Queue, e.ID)
-	store.AddEncodedEventTo(ctx, pipe, topic, health.EventJob, jobEnvelope(topic, ms, data))
-	store.AddEncodedEventTo(ctx, pipe, TopicJobs, health.EventJob, jobEnvelope(TopicJobs, ms, data))
+	store.AddEncodedEventTo(ctx, pipe, topic, "", health.EventJob, jobEnvelope(topic, ms, data))
+	store.AddEncodedEventTo(ctx, pipe, TopicJobs, "", health.EventJob, jobEnvelope(TopicJobs, ms, data))
 }
 
 // jobEnvelope is json.Marshal(health.Event{Topic: topic, Type: job_update,
