@@ -282,7 +282,7 @@ func (b *broker) read() {
 		if conn == nil {
 			conn = b.dedicated(rdb)
 		}
-		args := &redis.XReadArgs{Streams: []string{key, pos.String()}, Block: b.cfg.ReadBlock, Count: 1000}
+		args := &redis.XReadArgs{Streams: []string{key, pos.entry()}, Block: b.cfg.ReadBlock, Count: 1000}
 		var res []redis.XStream
 		var err error
 		if conn != nil {
@@ -353,7 +353,8 @@ func (b *broker) unblock() {
 	_ = b.store.Client().ClientUnblock(ctx, id).Err()
 }
 
-// lastEntry returns the id of the stream's last entry (zeroID when empty).
+// lastEntry returns the id of the last event of the stream's last entry
+// (zeroID when empty).
 func lastEntry(ctx context.Context, rdb redis.UniversalClient, key string) (streamID, error) {
 	msgs, err := rdb.XRevRangeN(ctx, key, "+", "-", 1).Result()
 	if err != nil {
@@ -362,42 +363,81 @@ func lastEntry(ctx context.Context, rdb redis.UniversalClient, key string) (stre
 	if len(msgs) == 0 {
 		return zeroID, nil
 	}
-	return mustID(msgs[0].ID), nil
+	return endOf(msgs[0]), nil
 }
 
-// entry is one stream entry as an SSE message.
+// endOf is the id of the last event of stream entry m: its also event's
+// when it is also another topic's (sent or not).
+func endOf(m redis.XMessage) streamID {
+	id := mustID(m.ID)
+	if health.EntryAlsoTopic(m.Values) != "" {
+		return id.also()
+	}
+	return id
+}
+
+// entry is one event of a stream entry as an SSE message.
 type entry struct {
 	id    streamID
 	topic string
 	typ   string
-	ev    *sse.Event
+	ev    *sse.Event // nil: skipped (it cannot be framed), but read
 	// derived: not an entry of the stream but a worker_update the broker
 	// made of the job event before it (workerViews), with its id. drop: a
 	// stream entry sent to no one (a worker_update older than one sent).
-	derived, drop bool
+	// also: the second event of an entry (health.EntryAlso), re-framed
+	// under its also topic.
+	derived, drop, also bool
 }
 
-// toEntry turns a stream entry into the SSE message every matching client
-// gets (one allocation per entry, shared by all). Entries that cannot be
-// framed (no topic, data that is not JSON) are skipped.
-func toEntry(m redis.XMessage) (entry, bool) {
-	topic, _ := m.Values["topic"].(string)
-	typ, _ := m.Values["type"].(string)
-	data, _ := m.Values["data"].(string)
-	id, ok := parseStreamID(m.ID)
-	if !ok || topic == "" || typ == "" || data == "" {
-		return entry{}, false
+// appendEntries appends to dst the SSE messages of a stream entry that
+// every matching client gets (one allocation per message, shared by all):
+// the entry under its topic and, when it is also another topic's, the
+// same under that one with the also form of its id. An event that cannot
+// be framed (no topic, data that is not JSON) has no message but keeps its
+// id: it is read and sent to no one.
+func appendEntries(dst []entry, m redis.XMessage) []entry {
+	id, _ := parseStreamID(m.ID)
+	own, second := frame(m, id)
+	dst = append(dst, own)
+	if second.also {
+		dst = append(dst, second)
+	}
+	return dst
+}
+
+// frame returns the message of stream entry m, with id, and that of its
+// also event (second.also false when it has none).
+func frame(m redis.XMessage, id streamID) (own, second entry) {
+	own.id = id
+	also := health.EntryAlsoTopic(m.Values)
+	if also != "" {
+		second = entry{id: id.also(), also: true}
+	}
+	topic, _ := m.Values[health.EntryTopic].(string)
+	typ, _ := m.Values[health.EntryType].(string)
+	data, _ := m.Values[health.EntryData].(string)
+	if topic == "" || typ == "" || data == "" {
+		return own, second
 	}
 	b := []byte(data)
 	if bytes.ContainsAny(b, "\r\n") {
 		// An SSE data line cannot hold a line break: compact the JSON.
 		var buf bytes.Buffer
 		if json.Compact(&buf, b) != nil {
-			return entry{}, false
+			return own, second
 		}
 		b = buf.Bytes()
 	}
-	return entry{id: id, topic: topic, typ: typ, ev: &sse.Event{ID: []byte(m.ID), Event: []byte(typ), Data: b}}, true
+	own.topic, own.typ = topic, typ
+	own.ev = &sse.Event{ID: []byte(m.ID), Event: []byte(typ), Data: b}
+	if also != "" {
+		if d, ok := health.Reframe(b, topic, also); ok {
+			second.topic, second.typ = also, typ
+			second.ev = &sse.Event{ID: []byte(second.id.String()), Event: []byte(typ), Data: d}
+		}
+	}
+	return own, second
 }
 
 // fanOut publishes entries, in order, to every joined client that matches
@@ -416,13 +456,9 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 	}
 	last := b.pos
 	b.mu.Unlock()
-	entries := make([]entry, len(msgs))
-	for i, m := range msgs {
-		if e, ok := toEntry(m); ok {
-			entries[i] = e
-		} else {
-			entries[i].id, _ = parseStreamID(m.ID) // skipped, but read
-		}
+	entries := make([]entry, 0, len(msgs)+len(msgs)/2)
+	for _, m := range msgs {
+		entries = appendEntries(entries, m)
 	}
 	entries = b.views.apply(b.ctx, entries, last)
 	matched := make([][]string, len(entries))
@@ -440,7 +476,7 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 			}
 			continue
 		}
-		if !e.derived {
+		if !e.derived && !e.also {
 			b.stats.Entries++
 			b.seq++
 			b.metrics.SSEEvents(1)

@@ -264,18 +264,23 @@ func (b *broker) fellBehind(c *client) {
 	}()
 }
 
-// replay sends c the matching entries after cursor (at most count; 0 =
-// all up to the broker's position) and returns the id of the last entry it
-// is done with and how many entries it read. With try (mu is held) it does
-// not wait: a full buffer ends it with errFull.
+// replay sends c the matching events after cursor (from at most count
+// entries; 0 = all up to the broker's position) and returns the id of the
+// last event it is done with and how many entries it read. With try (mu
+// is held) it does not wait: a full buffer ends it with errFull. From the
+// id of an entry's own event it reads that entry again: its also event
+// may be due.
 func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key string, c *client, cursor streamID, count int64, try bool) (streamID, int, error) {
-	start := "(" + cursor.String()
+	start := "(" + cursor.entry()
+	if cursor.n == 0 {
+		start = cursor.entry()
+	}
 	var msgs []redis.XMessage
 	var err error
 	if count > 0 {
 		msgs, err = rdb.XRangeN(ctx, key, start, "+", count).Result()
 	} else {
-		msgs, err = rdb.XRange(ctx, key, start, b.pos.String()).Result()
+		msgs, err = rdb.XRange(ctx, key, start, b.pos.entry()).Result()
 	}
 	if err != nil {
 		return cursor, 0, err
@@ -290,19 +295,33 @@ func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key stri
 		c.seq += int64(done)
 	}()
 	for _, m := range msgs {
-		if e, ok := toEntry(m); ok && c.sub.match(e.topic) {
-			if try {
-				if !b.sse.TryPublish(c.id, e.ev) {
-					return cursor, len(msgs), errFull
+		id, ok := parseStreamID(m.ID)
+		if !ok {
+			continue
+		}
+		own, second := frame(m, id)
+		events := []entry{own, second}
+		if !second.also {
+			events = events[:1]
+		}
+		for _, e := range events {
+			if e.id.cmp(cursor) <= 0 {
+				continue // sent before
+			}
+			if e.ev != nil && c.sub.match(e.topic) {
+				if try {
+					if !b.sse.TryPublish(c.id, e.ev) {
+						return cursor, len(msgs), errFull
+					}
+				} else if !b.publish(ctx, c, e.ev) {
+					return cursor, len(msgs), ctx.Err()
 				}
-			} else if !b.publish(ctx, c, e.ev) {
-				return cursor, len(msgs), ctx.Err()
+			}
+			cursor = e.id
+			if !e.also {
+				done++ // entries are counted by their own event
 			}
 		}
-		if id, ok := parseStreamID(m.ID); ok {
-			cursor = id
-		}
-		done++
 	}
 	return cursor, len(msgs), nil
 }
@@ -348,7 +367,7 @@ func (b *broker) plan(ctx context.Context, lastID string) (plan, error) {
 				return plan{cursor: from}, nil
 			case len(l) == 0:
 				p.reset = "the event stream is empty (Redis lost its data?)"
-			case from.cmp(mustID(l[0].ID)) > 0:
+			case from.cmp(endOf(l[0])) > 0:
 				p.reset = "Last-Event-ID is newer than the stream's last event (another Redis?)"
 			case from.cmp(mustID(f[0].ID)) < 0:
 				p.reset = "events after Last-Event-ID were trimmed from the stream"

@@ -167,7 +167,8 @@ func (wv *workerViews) apply(ctx context.Context, entries []entry, last streamID
 				seen[ev.Worker.Component] = true
 			}
 		case e.typ == health.EventJob && strings.HasPrefix(e.topic, "job:") && bytes.Contains(e.ev.Data, workerSeqMark):
-			// The job's own topic (queue:jobs has the same payload).
+			// The job's own topic: its queue:jobs event (the entry's
+			// also, or an old worker's second entry) is the same change.
 			var jc jobChange
 			if json.Unmarshal(e.ev.Data, &jc) != nil || jc.Data.WorkerSeq <= 0 || jc.Data.Component == "" {
 				continue

@@ -5,14 +5,27 @@ import (
 	"strings"
 )
 
-// streamID is a Redis stream entry id, <ms>-<seq>: the SSE id of every
-// event (DESIGN.md §8).
-type streamID struct{ ms, seq uint64 }
+// streamID is the SSE id of an event (DESIGN.md §8): a Redis stream entry
+// id, <ms>-<seq>, and for the second event of an entry that is also
+// another topic's (health.EntryAlso: a job event, also on queue:jobs)
+// that id with ".1" (n = 1). They order as the events are sent: an
+// entry's own event, then its also event, then the next entry's. A
+// client that resumes from an entry's own event gets its also event
+// first, if it wants it; one that resumes from an also event, nothing of
+// that entry.
+type streamID struct {
+	ms, seq uint64
+	n       uint8
+}
 
 // zeroID is before every entry.
 var zeroID = streamID{}
 
+// alsoSuffix ends the id of an entry's also event.
+const alsoSuffix = ".1"
+
 func parseStreamID(s string) (streamID, bool) {
+	s, also := strings.CutSuffix(s, alsoSuffix)
 	a, b, ok := strings.Cut(s, "-")
 	if !ok || len(s) > 41 {
 		return streamID{}, false
@@ -22,7 +35,11 @@ func parseStreamID(s string) (streamID, bool) {
 	if err1 != nil || err2 != nil {
 		return streamID{}, false
 	}
-	return streamID{ms, seq}, true
+	id := streamID{ms: ms, seq: seq}
+	if also {
+		id.n = 1
+	}
+	return id, true
 }
 
 // mustID parses an id Redis gave us; a malformed one sorts first.
@@ -32,7 +49,22 @@ func mustID(s string) streamID {
 }
 
 func (a streamID) String() string {
+	s := a.entry()
+	if a.n > 0 {
+		s += alsoSuffix
+	}
+	return s
+}
+
+// entry is the id of a's stream entry, as Redis writes it.
+func (a streamID) entry() string {
 	return strconv.FormatUint(a.ms, 10) + "-" + strconv.FormatUint(a.seq, 10)
+}
+
+// also is the id of the also event of a's entry.
+func (a streamID) also() streamID {
+	a.n = 1
+	return a
 }
 
 func (a streamID) cmp(b streamID) int {
@@ -44,6 +76,10 @@ func (a streamID) cmp(b streamID) int {
 	case a.seq < b.seq:
 		return -1
 	case a.seq > b.seq:
+		return 1
+	case a.n < b.n:
+		return -1
+	case a.n > b.n:
 		return 1
 	}
 	return 0

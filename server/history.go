@@ -31,13 +31,13 @@ var historyScanMax = HistoryScanMax
 type HistoryInput struct {
 	Topic  []string `query:"topic,explode" maxItems:"64" example:"job:tag:5b9c4a1e-8f2d-4c1a-9a51-0c2f4b8e6d71" doc:"Topic patterns, repeated, as for GET /api/v1/events (* stands for one or more whole segments). None: every topic."`
 	Since  int64    `query:"since" minimum:"0" example:"1790000000000" doc:"Only events from this time on (Unix ms); 0: as far back as the stream goes"`
-	Before string   `query:"before" maxLength:"41" pattern:"^[0-9]+-[0-9]+$" example:"1790000000000-0" doc:"Only events before this stream id: the next_before of the previous answer, to page back"`
+	Before string   `query:"before" maxLength:"43" pattern:"^[0-9]+-[0-9]+(\\.1)?$" example:"1790000000000-0" doc:"Only events before this event id: the next_before of the previous answer, to page back"`
 	Limit  int      `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"Most events in the answer: the newest ones that match"`
 }
 
 // HistoryEvent is one past event, as the event stream sent it.
 type HistoryEvent struct {
-	ID        string          `json:"id" example:"1790000000000-0" doc:"Its id in the stream (the SSE id)"`
+	ID        string          `json:"id" example:"1790000000000-0" doc:"Its SSE id: its entry's id in the stream, and for the queue:jobs copy of a job event written once (an entry that is also queue:jobs's) that id with .1"`
 	Topic     string          `json:"topic" example:"worker:tag:0:status"`
 	Type      string          `json:"type" enum:"worker_update,worker_removed,queue_update,job_update,host_update,health_update,action" example:"worker_update"`
 	Timestamp int64           `json:"timestamp" doc:"Unix ms"`
@@ -73,13 +73,17 @@ func (s *server) history(ctx context.Context, in *HistoryInput) (*HistoryOutput,
 	if err != nil {
 		return nil, huma.Error422UnprocessableEntity(err.Error())
 	}
-	end := "+"
+	end, before := "+", streamID{}
 	if in.Before != "" {
-		id, ok := parseStreamID(in.Before)
+		var ok bool
+		before, ok = parseStreamID(in.Before)
 		if !ok {
-			return nil, huma.Error422UnprocessableEntity("before must be a stream id, <ms>-<seq>")
+			return nil, huma.Error422UnprocessableEntity("before must be an event id, <ms>-<seq> or <ms>-<seq>.1")
 		}
-		end = "(" + id.String()
+		end = "(" + before.entry()
+		if before.n > 0 {
+			end = before.entry() // its own event is before its also event
+		}
 	}
 	start := "-"
 	if in.Since > 0 {
@@ -92,33 +96,48 @@ func (s *server) history(ctx context.Context, in *HistoryInput) (*HistoryOutput,
 	h := &out.Body
 	h.Events = []HistoryEvent{}
 	scanned, last := 0, ""
+	var next streamID // the last event looked at
 	for {
 		page := min(historyPage, historyScanMax-scanned)
 		msgs, err := rdb.XRevRangeN(ctx, key, end, start, int64(page)).Result()
 		if err != nil {
 			return nil, s.fail(ctx, "read the event stream", err)
 		}
+	scan:
 		for _, m := range msgs {
 			scanned++
 			last = m.ID
-			topic, _ := m.Values["topic"].(string)
-			data, _ := m.Values["data"].(string)
-			if topic == "" || data == "" || !sub.match(topic) {
-				continue
+			id := mustID(m.ID)
+			evs := health.EntryEvents(m.Values)
+			// Newest first: an entry's also event comes after its own.
+			for i := len(evs) - 1; i >= 0; i-- {
+				ev := evs[i]
+				eid := id
+				if ev.Also {
+					eid = id.also()
+				}
+				if before.n > 0 && eid.cmp(before) >= 0 {
+					continue // on the page before
+				}
+				next = eid
+				if !sub.match(ev.Topic) {
+					continue
+				}
+				var e HistoryEvent
+				if json.Unmarshal(ev.Data, &e) != nil {
+					continue
+				}
+				e.ID = eid.String()
+				h.Events = append(h.Events, e)
+				if len(h.Events) == limit {
+					break scan
+				}
 			}
-			var e HistoryEvent
-			if json.Unmarshal([]byte(data), &e) != nil {
-				continue
-			}
-			e.ID = m.ID
-			h.Events = append(h.Events, e)
-			if len(h.Events) == limit {
-				break
-			}
+			next = id
 		}
 		if len(h.Events) == limit || scanned >= historyScanMax {
 			if len(msgs) > 0 {
-				h.More, h.NextBefore = true, last
+				h.More, h.NextBefore = true, next.String()
 				h.From = int64(mustID(last).ms) + 1
 			}
 			break

@@ -781,7 +781,7 @@ type HistoryEvent struct {
 	// Data The other types' payload, as in the event stream (job_update: a job event, queue_update: queue statistics, …)
 	Data interface{} `json:"data,omitempty"`
 
-	// Id Its id in the stream (the SSE id)
+	// Id Its SSE id: its entry's id in the stream, and for the queue:jobs copy of a job event written once (an entry that is also queue:jobs's) that id with .1
 	//
 	// Example: 1790000000000-0
 	Id string `json:"id"`
@@ -1808,7 +1808,7 @@ type ListEventsParams struct {
 	// Since Only events from this time on (Unix ms); 0: as far back as the stream goes
 	Since *int64 `form:"since,omitempty" json:"since,omitempty"`
 
-	// Before Only events before this stream id: the next_before of the previous answer, to page back
+	// Before Only events before this event id: the next_before of the previous answer, to page back
 	Before *string `form:"before,omitempty" json:"before,omitempty"`
 
 	// Limit Most events in the answer: the newest ones that match
