@@ -68,18 +68,20 @@ func (c *collector) run(ctx context.Context, rdb *redis.Client, key string) {
 		for _, s := range res {
 			for _, m := range s.Messages {
 				last = m.ID
-				var ev health.Event
-				data, _ := m.Values["data"].(string)
-				if json.Unmarshal([]byte(data), &ev) != nil {
-					continue
-				}
-				e := seen{id: m.ID, at: now, ev: ev}
-				if ev.Type == health.EventJob && ev.Topic == queue.TopicJobs {
-					if je, err := queue.DecodeJobEvent(ev); err == nil {
-						e.job = &je
+				// A job's entry is also queue:jobs's: two events.
+				for _, ee := range health.EntryEvents(m.Values) {
+					var ev health.Event
+					if json.Unmarshal(ee.Data, &ev) != nil {
+						continue
 					}
+					e := seen{id: m.ID, at: now, ev: ev}
+					if ev.Type == health.EventJob && ev.Topic == queue.TopicJobs {
+						if je, err := queue.DecodeJobEvent(ev); err == nil {
+							e.job = &je
+						}
+					}
+					batch = append(batch, e)
 				}
-				batch = append(batch, e)
 			}
 		}
 		c.mu.Lock()

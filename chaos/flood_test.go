@@ -399,8 +399,8 @@ func TestFloods(t *testing.T) {
 				reconnects++
 			}
 		})
-		// A burst: every enqueue is two events (the job's topic and
-		// queue:jobs); nobody consumes the idle queue.
+		// A burst: every enqueue is two events (one entry, on the job's
+		// topic and also queue:jobs); nobody consumes the idle queue.
 		begin := time.Now()
 		idle := r.enqueue("idle", 5000, 1, 1)
 		if _, err := r.client.Enqueue(context.Background(), "idle", asynq.NewTask("sleep", []byte("1")), asynq.TaskID(last)); err != nil {

@@ -36,7 +36,8 @@ const (
 )
 
 // TopicJobs is the topic that carries every job's events, besides the
-// job's own topic (JobTopic).
+// job's own topic (JobTopic): the job's entries in the stream name it as
+// their also topic (health.EntryAlso).
 const TopicJobs = "queue:jobs"
 
 // JobTopic is the topic of one job's events: job:<queue>:<task id>.
@@ -94,16 +95,16 @@ type JobEvent struct {
 	WorkerSeq int64  `json:"worker_seq,omitempty" doc:"The number of that change within the worker's process (its record's current_seq); the event stream sends the worker's worker_update right after"`
 }
 
-// jobEvents queues e, at t, on pipe: once on the job's topic and once on
-// queue:jobs. The payload is encoded once and each event's envelope built
-// around it (as json.Marshal of the health.Event would, without encoding
-// and compacting the payload twice more: a worker's CPU per task).
+// jobEvents queues e, at t, on pipe: one stream entry under the job's
+// topic that is also queue:jobs's (health.EntryAlso), which readers of the
+// stream deliver under both topics. The payload is encoded once and the
+// envelope built around it (as json.Marshal of the health.Event would,
+// without encoding and compacting the payload again: a worker's CPU per
+// task).
 func jobEvents(ctx context.Context, store *health.Store, pipe redis.Pipeliner, t time.Time, e JobEvent) {
 	data, _ := json.Marshal(e) // plain struct: cannot fail
-	ms := t.UnixMilli()
 	topic := JobTopic(e.Queue, e.ID)
-	store.AddEncodedEventTo(ctx, pipe, topic, "", health.EventJob, jobEnvelope(topic, ms, data))
-	store.AddEncodedEventTo(ctx, pipe, TopicJobs, "", health.EventJob, jobEnvelope(TopicJobs, ms, data))
+	store.AddEncodedEventTo(ctx, pipe, topic, TopicJobs, health.EventJob, jobEnvelope(topic, t.UnixMilli(), data))
 }
 
 // jobEnvelope is json.Marshal(health.Event{Topic: topic, Type: job_update,

@@ -154,20 +154,26 @@ func decodeEntries(tb testing.TB, msgs []redis.XMessage) []streamEvent {
 	tb.Helper()
 	out := make([]streamEvent, 0, len(msgs))
 	for _, m := range msgs {
-		var se streamEvent
-		se.id = m.ID
-		data, _ := m.Values["data"].(string)
-		if err := json.Unmarshal([]byte(data), &se.ev); err != nil {
-			tb.Fatalf("decode event %s: %v", m.ID, err)
-		}
-		if se.ev.Type == health.EventJob {
-			je, err := queue.DecodeJobEvent(se.ev)
-			if err != nil {
-				tb.Fatalf("decode job event %s: %v", m.ID, err)
+		// An entry that is also another topic's (a job event, also on
+		// queue:jobs) is two events, as the admin server sends them.
+		for _, ee := range health.EntryEvents(m.Values) {
+			var se streamEvent
+			se.id = m.ID
+			if ee.Also {
+				se.id += ".1"
 			}
-			se.job = je
+			if err := json.Unmarshal(ee.Data, &se.ev); err != nil {
+				tb.Fatalf("decode event %s: %v", se.id, err)
+			}
+			if se.ev.Type == health.EventJob {
+				je, err := queue.DecodeJobEvent(se.ev)
+				if err != nil {
+					tb.Fatalf("decode job event %s: %v", se.id, err)
+				}
+				se.job = je
+			}
+			out = append(out, se)
 		}
-		out = append(out, se)
 	}
 	return out
 }

@@ -97,8 +97,10 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 	}
 	var stale []string
 	for _, m := range rdb.XRange(ctx, keys.Events(), "-", "+").Val() {
-		if m.Values["topic"] == TopicJobs {
-			stale = append(stale, m.Values["data"].(string))
+		for _, ee := range health.EntryEvents(m.Values) {
+			if ee.Topic == TopicJobs {
+				stale = append(stale, string(ee.Data))
+			}
 		}
 	}
 	if len(stale) != 3 {

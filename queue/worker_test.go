@@ -45,7 +45,7 @@ func TestNormalJobEventOrder(t *testing.T) {
 	w := e.watch()
 	id := e.enqueue(e.client(), "steps", "")
 	w.untilJob(id, done)
-	// The copy on queue:jobs is the next entry of the same round trip.
+	// The copy on queue:jobs is the same entry (also queue:jobs).
 	w.until("done on queue:jobs", waitTimeout, func(seen []streamEvent) bool {
 		return slices.ContainsFunc(seen, func(se streamEvent) bool {
 			return se.ev.Topic == queue.TopicJobs && se.job.ID == id && se.job.State == done
