@@ -1,6 +1,7 @@
 package ctl_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vigil-dev/vigil/internal/ctl"
 )
@@ -117,5 +119,71 @@ func TestQueueEventSummary(t *testing.T) {
 	code, out, errs := runCtl(t, map[string]string{ctl.EnvServer: srv.URL}, "events", "--limit", "1")
 	if code != 0 || !strings.Contains(out, "15 pending, 2 running, 0 retry, 0 archived, 32 completed (kept), 40 processed_total, 3 failed_total, 2 workers, paused by asynq") {
 		t.Fatalf("exit %d %s\n%s", code, errs, out)
+	}
+}
+
+// Against the real admin server, job events as workers write them (one
+// stream entry, also queue:jobs): each printed under the job's topic and
+// under queue:jobs, once each, the second with the entry's id and .1.
+func TestEventsLiveJobEvents(t *testing.T) {
+	l := newLive(t)
+	type res struct {
+		code      int
+		out, errs string
+	}
+	ended := make(chan res, 1)
+	go func() {
+		code, out, errs := l.ctl("events", "job:*", "queue:jobs", "--json", "--limit", "5")
+		ended <- res{code, out, errs}
+	}()
+	// Written until it has its five (it connects at some point between
+	// two): the snapshot of queue:jobs, then two entries' four events.
+	var r res
+	for i := 0; ; i++ {
+		task := fmt.Sprint("t", i)
+		data, _ := json.Marshal(map[string]any{"topic": "job:tag:" + task, "type": "job_update", "timestamp": 1790000000000 + i,
+			"data": map[string]any{"queue": "tag", "id": task, "state": "done"}})
+		pipe := l.rdb.Pipeline()
+		l.store.AddEncodedEventTo(context.Background(), pipe, "job:tag:"+task, "queue:jobs", "job_update", string(data))
+		if _, err := pipe.Exec(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r = <-ended:
+		case <-time.After(20 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.errs)
+	}
+	var got []sseMessage
+	for _, line := range strings.Split(strings.TrimSpace(r.out), "\n") {
+		var m sseMessage
+		decode(t, line, &m)
+		got = append(got, m)
+	}
+	if len(got) != 5 || got[0].Event != "snapshot" || got[0].Data.Topic != "queue:jobs" {
+		t.Fatalf("output:\n%s", r.out)
+	}
+	for i := 1; i < 5; i += 2 {
+		own, also := got[i], got[i+1]
+		if own.Event != "job_update" || !strings.HasPrefix(own.Data.Topic, "job:tag:t") || also.Event != "job_update" ||
+			also.Data.Topic != "queue:jobs" || also.ID != own.ID+".1" || own.Data.Data.ID != also.Data.Data.ID {
+			t.Fatalf("events %d and %d: %+v %+v\n%s", i, i+1, own, also, r.out)
+		}
+	}
+	if got[1].Data.Data.ID == got[3].Data.Data.ID {
+		t.Fatalf("one entry twice:\n%s", r.out)
+	}
+}
+
+// sseMessage is a line of `vigil ctl events --json`.
+type sseMessage struct {
+	ID, Event string
+	Data      struct {
+		Topic string
+		Data  struct{ ID string }
 	}
 }
