@@ -60,7 +60,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if mode == "ignore-term" {
-		signal.Ignore(syscall.SIGTERM)
+		// A worker that outlives its supervisor: SIGPIPE too, or its
+		// "ready" line, written after the first heartbeat, kills it when
+		// the supervisor died in between (its stdout's reader is gone).
+		signal.Ignore(syscall.SIGTERM, syscall.SIGPIPE)
 		ctx = context.Background()
 	}
 	switch mode {
