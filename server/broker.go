@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -71,22 +72,24 @@ func (c SSEConfig) withDefaults() SSEConfig {
 // the writes of clients that do not read.
 const closeGrace = time.Second
 
-// subscriberBuffer is r3labs/sse's own channel per subscriber (64 events),
-// behind the stream's buffer.
-const subscriberBuffer = 64
-
-// memoryLag is how many events at most wait for a client in memory (its
-// stream's buffer and its subscriber channel, or MaxLag if less). A client
-// further behind catches up from the Redis stream on its own goroutine,
-// until it is more than MaxLag entries behind.
+// memoryLag is how many frames at most a joining client's writer holds
+// while the client catches up (sseWriter); past it the catch-up reads on
+// from the Redis stream, until the client is more than MaxLag entries
+// behind.
 const memoryLag = 256
+
+// stallCheck is the period of the watchdog: a client whose write has not
+// moved for a whole period is disconnected (r3labs/sse's stream waits for
+// each subscriber in turn, so a client that does not read would hold up
+// every other client of its stream).
+const stallCheck = 2 * time.Second
 
 // broker reads the event stream with one blocking read at a time and fans
 // every entry out to the clients whose patterns match its topic, through
-// r3labs/sse: one sse stream per connection (a subscriber of a shared
-// stream cannot be addressed alone, and each connection gets its own
-// snapshot), TryPublish so that a client that does not read never blocks
-// the others, AutoReplay off (history comes from the Redis stream).
+// r3labs/sse: one sse stream per distinct pattern set (group), each entry
+// published once to each matching stream; a client writes its own
+// snapshot and catch-up, then its group's frames pass through (serve,
+// sseWriter). AutoReplay off (history comes from the Redis stream).
 type broker struct {
 	cfg      SSEConfig
 	store    *health.Store
@@ -101,18 +104,22 @@ type broker struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // reader and keep-alive goroutines
+	watch  clock.Timer    // the watchdog's next look (under mu)
+	wclock clock.Clock    // the watchdog's clock (under mu)
 	conns  sync.WaitGroup // connections being served
 	ready  chan struct{}  // closed once pos is known
 
 	mu      sync.Mutex
 	pos     streamID // last entry fanned out
 	groups  map[string]*group
-	clients map[string]*client // by sse stream id
-	// catching are the clients outside the live fan-out: joining, or
-	// catching up after a burst filled their buffer.
+	clients map[string]*client // by id
+	// catching are the clients still catching up (not yet joined).
 	catching map[*client]struct{}
-	// seq counts the entries fanned out.
+	// seq counts the entries fanned out; recent holds the ids of the last
+	// ones (the entry of seq n at n % len), to tell how far behind a
+	// catching client is.
 	seq     int64
+	recent  []streamID
 	nextID  uint64
 	closed  bool
 	serving int            // connections admitted (for MaxClients)
@@ -132,6 +139,9 @@ type broker struct {
 	views *workerViews
 	// metrics counts clients, entries and lag drops (nil: not counted).
 	metrics *metrics.Metrics
+	// left is closed, and replaced, whenever a client has left (tests
+	// wait on it).
+	left chan struct{}
 }
 
 // brokerStats count what the broker did (for tests and metrics).
@@ -140,10 +150,12 @@ type brokerStats struct {
 	Dropped int64 // clients disconnected for lag
 }
 
-// group is the clients of one pattern set: an entry is matched once per
-// group.
+// group is the clients of one pattern set: an entry is matched and
+// published once per group, to its r3labs/sse stream. The group and its
+// stream go when its last client leaves.
 type group struct {
 	sub     subscription
+	stream  string
 	clients map[*client]struct{}
 }
 
@@ -153,18 +165,16 @@ func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.C
 	s := sse.New()
 	s.AutoReplay = false
 	s.AutoStream = false
-	buf := min(cfg.MaxLag, memoryLag) - subscriberBuffer
-	if buf < 1 {
-		buf = 1
-	}
-	s.BufferSize = buf
+	// A stream's buffer takes a burst of up to MaxLag entries without
+	// the reader waiting (one buffer per pattern set, not per client).
+	s.BufferSize = cfg.MaxLag
 	b := &broker{
-		cfg: cfg, store: store, log: log, clock: clk, snapshot: snapshot, onEntry: onEntry,
+		recent: make([]streamID, min(cfg.MaxLag+1, 1<<16)),
+		cfg:    cfg, store: store, log: log, clock: clk, wclock: clk, snapshot: snapshot, onEntry: onEntry,
 		sse: s, ready: make(chan struct{}),
 		groups: map[string]*group{}, clients: map[string]*client{}, catching: map[*client]struct{}{},
-		perAddr: map[string]int{}, fresh: map[string]*group{}, views: newWorkerViews(store, log),
+		perAddr: map[string]int{}, fresh: map[string]*group{}, views: newWorkerViews(store, log), left: make(chan struct{}),
 	}
-	s.OnSubscribe = b.subscribed
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b
 }
@@ -175,6 +185,11 @@ func (b *broker) start(also ...func(context.Context)) {
 	b.wg.Add(2 + len(also))
 	go b.read()
 	go b.keepAlive()
+	b.mu.Lock()
+	if !b.closed {
+		b.watch = b.wclock.AfterFunc(stallCheck, b.watchdog)
+	}
+	b.mu.Unlock()
 	for _, f := range also {
 		go func() {
 			defer b.wg.Done()
@@ -192,6 +207,9 @@ func (b *broker) close() {
 	// writes cut.
 	b.mu.Lock()
 	b.closed = true
+	if b.watch != nil {
+		b.watch.Stop()
+	}
 	for _, c := range b.clients {
 		c.cancel()
 	}
@@ -467,8 +485,21 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 			matched[i] = b.snap.match(e.topic)
 		}
 	}
+	// A stream whose buffer is full gets the rest of the batch outside mu,
+	// waiting for room (its goroutine waits for a slow subscriber, which
+	// the watchdog disconnects if it does not move).
+	var full map[*group][]*sse.Event
+	publish := func(g *group, e entry) {
+		if q, ok := full[g]; ok {
+			full[g] = append(q, e.ev)
+		} else if !b.sse.TryPublish(g.stream, e.ev) {
+			if full == nil {
+				full = map[*group][]*sse.Event{}
+			}
+			full[g] = []*sse.Event{e.ev}
+		}
+	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	for i, e := range entries {
 		if e.ev == nil {
 			if e.id.cmp(b.pos) > 0 {
@@ -479,24 +510,30 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 		if !e.derived && !e.also {
 			b.stats.Entries++
 			b.seq++
+			b.recent[b.seq%int64(len(b.recent))] = e.id
 			b.metrics.SSEEvents(1)
+		}
+		// pos moves before the entry is published: a client that reads
+		// pos once registered (catchUp) gets every later entry from its
+		// stream.
+		if !e.derived {
+			b.pos = e.id
 		}
 		for _, k := range matched[i] {
 			if g := b.groups[k]; g != nil {
-				b.publishTo(g, e)
+				publish(g, e)
 			}
 		}
 		for k, g := range b.fresh {
 			if _, seen := b.snap.keys[k]; !seen && !e.drop && b.groups[k] == g && g.sub.match(e.topic) {
-				b.publishTo(g, e)
+				publish(g, e)
 			}
 		}
 		if e.derived {
 			continue
 		}
-		b.pos = e.id
 		for c := range b.catching {
-			if b.seq-c.seq > int64(b.cfg.MaxLag) {
+			if b.behind(c) > int64(b.cfg.MaxLag) {
 				b.lagged(c)
 			}
 		}
@@ -504,20 +541,22 @@ func (b *broker) fanOut(msgs []redis.XMessage) {
 			b.onEntry(e.typ, e.topic)
 		}
 	}
-}
-
-// publishTo queues e for g's clients that have not had it (mu held).
-func (b *broker) publishTo(g *group, e entry) {
-	for c := range g.clients {
-		if e.id.cmp(c.from) <= 0 {
-			continue // sent by the client's own catch-up
-		}
-		if b.sse.TryPublish(c.id, e.ev) {
-			c.last = e.id
-		} else {
-			b.fellBehind(c)
+	b.mu.Unlock()
+	for g, evs := range full {
+		for _, ev := range evs {
+			b.sse.Publish(g.stream, ev) // returns once queued, or once the stream is removed
 		}
 	}
+}
+
+// behind is how many entries fanned out since c connected c has not had
+// (mu held).
+func (b *broker) behind(c *client) int64 {
+	// The entries after c's cursor, if the ring still holds it.
+	n := int64(len(b.recent))
+	lo := max(1, b.seq-n+1)
+	i := sort.Search(int(b.seq-lo+1), func(i int) bool { return b.recent[(lo+int64(i))%n].cmp(c.cursor) > 0 })
+	return b.seq - max(c.seq, lo+int64(i)-1)
 }
 
 // topicCacheMax bounds the topics whose matching groups are remembered.
@@ -566,8 +605,34 @@ func (b *broker) lagged(c *client) {
 	b.stats.Dropped++
 	b.metrics.SSELagged()
 	b.log.Info("events: disconnecting a client that fell behind", "client", c.id, "max_lag", b.cfg.MaxLag, "remote", c.remote)
-	b.leave(c)
 	c.drop()
+}
+
+// watchdog disconnects the joined clients whose write has not moved since
+// its last look, a stallCheck ago: r3labs/sse's stream hands each frame to
+// each subscriber in turn, and a subscriber whose 64 frames wait would hold
+// up the others.
+func (b *broker) watchdog() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	for _, c := range b.clients {
+		if !c.joined {
+			continue
+		}
+		p := c.w.progress.Load()
+		if c.w.busy.Load() && p == c.seen {
+			b.stats.Dropped++
+			b.metrics.SSELagged()
+			b.log.Info("events: disconnecting a client that does not read", "client", c.id, "stalled", stallCheck, "remote", c.remote)
+			c.joined = false
+			c.drop()
+		}
+		c.seen = p
+	}
+	b.watch = b.wclock.AfterFunc(stallCheck, b.watchdog)
 }
 
 // keepAliveEvent is the comment sent every KeepAlive.
@@ -584,10 +649,8 @@ func (b *broker) keepAlive() {
 		case <-t.C:
 		}
 		b.mu.Lock()
-		for _, c := range b.clients {
-			if c.joined && !b.sse.TryPublish(c.id, keepAliveEvent) {
-				b.lagged(c)
-			}
+		for _, g := range b.groups {
+			b.sse.TryPublish(g.stream, keepAliveEvent)
 		}
 		b.mu.Unlock()
 	}

@@ -1,9 +1,9 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/r3labs/sse/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
 )
@@ -21,63 +20,56 @@ const replayPage = 500
 
 // client is one connection to GET /api/v1/events.
 type client struct {
-	id     string // its own sse stream
+	id     string
 	sub    subscription
 	remote string
 	cancel context.CancelFunc
 	rc     *http.ResponseController
-	// subscribedCh is closed once r3labs/sse has registered the
-	// connection's subscriber: nothing published before reaches it.
-	subscribedCh chan struct{}
-	subOnce      sync.Once
-	dropOnce     sync.Once
+	// w is what r3labs/sse writes the group's stream through.
+	w        *sseWriter
+	g        *group
+	dropOnce sync.Once
 
-	// ctx is the connection's; wg counts its goroutines besides the
-	// handler (the join, then each catch-up).
-	ctx context.Context
-	wg  sync.WaitGroup
+	// wg counts the join goroutine.
+	wg sync.WaitGroup
 
-	// Under the broker's mu. joined: in the live fan-out, where entries up
-	// to from reached it through its own catch-up, and last is the last one
-	// queued for it. seq: while it catches up, the broker's entry count at
-	// its position (its lag is the broker's count minus seq).
+	// Under the broker's mu. joined: caught up, its frames pass through.
+	// While it catches up: seq, the broker's entry count when it connected,
+	// and cursor, the last entry it had (broker.behind). seen: its
+	// writer's progress at the watchdog's last look.
 	joined bool
-	from   streamID
-	last   streamID
 	seq    int64
+	cursor streamID
+	seen   uint64
 }
 
-// drop ends the connection: its context ends (r3labs/sse then removes the
-// subscriber and its handler returns) and a write stuck on a client that
-// does not read fails at once.
+// drop ends the connection: frames are no longer written, its context
+// ends (r3labs/sse then removes the subscriber and its handler returns) and
+// a write stuck on a client that does not read fails at once.
 func (c *client) drop() {
 	c.dropOnce.Do(func() {
+		c.w.drop()
 		c.cancel()
 		_ = c.rc.SetWriteDeadline(time.Now())
 	})
 }
 
-// subscribed is r3labs/sse's OnSubscribe hook.
-func (b *broker) subscribed(streamID string, _ *sse.Subscriber) {
-	b.mu.Lock()
-	found := b.clients[streamID]
-	b.mu.Unlock()
-	if found != nil {
-		found.subOnce.Do(func() { close(found.subscribedCh) })
-	}
-}
-
 // serve streams events to one client until it goes away, is dropped, or
 // the broker closes. The caller has acquired a place for it. lastID is the
 // Last-Event-ID it resumes from ("" for a fresh snapshot).
+//
+// The client joins the r3labs/sse stream of its pattern set at once,
+// through an sseWriter that holds the stream's frames while a goroutine of
+// the client's writes its snapshot and catch-up; then only the held frames
+// after the catch-up are written, and the rest pass through.
 func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription, lastID, addr string) {
 	defer b.release(addr)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: http.NewResponseController(w),
-		subscribedCh: make(chan struct{})}
+	rc := http.NewResponseController(w)
+	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: rc, w: newSSEWriter(w, rc)}
 	// An event stream outlives any server-wide write timeout.
-	_ = c.rc.SetWriteDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	p, err := b.plan(ctx, lastID)
 	if err != nil {
 		b.log.Warn("events: read the stream for a client", "err", err)
@@ -92,30 +84,56 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	}
 	b.nextID++
 	c.id = strconv.FormatUint(b.nextID, 10)
+	c.g = b.groupOf(sub)
+	c.g.clients[c] = struct{}{}
 	b.clients[c.id] = c
 	b.catching[c] = struct{}{}
-	c.seq = b.seq
+	c.seq, c.cursor = b.seq, p.cursor
 	b.mu.Unlock()
-	b.sse.CreateStream(c.id)
 
-	c.ctx = ctx
+	// The header r3labs/sse would write, written once, here.
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.Flush()
+
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		b.join(ctx, c, p)
 	}()
-	// Returns once ctx ends: r3labs/sse deregisters the subscriber, which
-	// closes its channel. Its stream is removed only after that, or one of
-	// its goroutines would wait forever to deregister.
-	b.sse.ServeHTTP(w, sseRequest(r.WithContext(ctx), c.id))
+	// Returns once ctx ends and r3labs/sse has removed the subscriber.
+	b.sse.ServeHTTP(c.w, sseRequest(r.WithContext(ctx), c.g.stream))
 	cancel()
+	c.wg.Wait()
 	b.mu.Lock()
-	b.leave(c)
+	gone := b.leave(c)
 	delete(b.clients, c.id)
 	delete(b.catching, c)
+	close(b.left)
+	b.left = make(chan struct{})
 	b.mu.Unlock()
-	b.sse.RemoveStream(c.id) // ends a Publish of join that waits for room
-	c.wg.Wait()
+	if gone != "" {
+		// No subscriber is left: none waits to deregister.
+		b.sse.RemoveStream(gone)
+	}
+}
+
+// groupOf returns the group of sub, made with its stream if it has none
+// (mu held).
+func (b *broker) groupOf(sub subscription) *group {
+	g := b.groups[sub.key]
+	if g == nil {
+		b.nextID++
+		g = &group{sub: sub, stream: "g" + strconv.FormatUint(b.nextID, 10), clients: map[*client]struct{}{}}
+		b.sse.CreateStream(g.stream)
+		b.groups[sub.key] = g
+		b.fresh[sub.key] = g
+		b.subsGen++
+	}
+	return g
 }
 
 // sseRequest is r as r3labs/sse expects it: its stream named in the query,
@@ -130,31 +148,33 @@ func sseRequest(r *http.Request, stream string) *http.Request {
 	return r
 }
 
-// leave takes c out of the live fan-out (mu held).
-func (b *broker) leave(c *client) {
-	if !c.joined {
-		return
-	}
+// leave takes c out of its group (mu held) and returns the stream to
+// remove when it was the group's last client.
+func (b *broker) leave(c *client) string {
 	c.joined = false
-	if g := b.groups[c.sub.key]; g != nil {
-		delete(g.clients, c)
-		if len(g.clients) == 0 {
-			delete(b.groups, c.sub.key)
-			delete(b.fresh, c.sub.key)
-			b.subsGen++
-		}
+	g := c.g
+	if g == nil {
+		return ""
 	}
+	c.g = nil
+	delete(g.clients, c)
+	if len(g.clients) > 0 || b.groups[g.sub.key] != g {
+		return ""
+	}
+	delete(b.groups, g.sub.key)
+	delete(b.fresh, g.sub.key)
+	b.subsGen++
+	return g.stream
 }
 
 // join sends the client its start: a snapshot (or, resuming, what it
 // missed; or reset and a snapshot when that is gone), then catches up with
-// the stream and enters the live fan-out with no gap and no duplicate.
-// Later, whenever a burst fills the client's buffer, the fan-out leaves it
-// out and it catches up again from the stream at its own pace (fellBehind);
-// it is dropped only when it falls more than MaxLag entries behind.
+// the stream and lets its group's frames through, with no gap and no
+// duplicate. It waits until r3labs/sse has registered the client's
+// subscriber: every entry the broker publishes after that reaches it.
 func (b *broker) join(ctx context.Context, c *client, p plan) {
 	select {
-	case <-c.subscribedCh:
+	case <-c.w.registered:
 	case <-ctx.Done():
 		return
 	}
@@ -163,176 +183,138 @@ func (b *broker) join(ctx context.Context, c *client, p plan) {
 	case <-ctx.Done():
 		return
 	}
-	if err := b.begin(ctx, c, p); err != nil {
-		if ctx.Err() == nil {
-			b.log.Warn("events: start a client", "client", c.id, "err", err)
-			c.drop()
-		}
-		return
+	err := b.begin(ctx, c, p)
+	if err == nil {
+		err = b.catchUp(ctx, c, p.cursor)
 	}
-	b.catchUp(ctx, c, p.cursor)
+	if err != nil && ctx.Err() == nil {
+		b.log.Warn("events: start a client", "client", c.id, "err", err)
+		c.drop()
+	}
 }
 
-// catchUp sends c the matching entries after cursor from the stream, then
-// puts it into the live fan-out (true), unless it is gone (false).
-func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) bool {
-	rdb, key := b.store.Client(), b.store.Keys().Events()
-	fail := func(err error) bool {
-		if ctx.Err() == nil {
-			b.log.Warn("events: catch up a client", "client", c.id, "err", err)
-			c.drop()
-		}
-		return false
-	}
+// catchUp sends c the matching entries after cursor from the stream, up to
+// the broker's position now (every later entry is among the frames its
+// writer holds), then the held frames after them, and lets the frames
+// through.
+func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) error {
+	b.mu.Lock()
+	target := b.pos
+	b.mu.Unlock()
+	var pending []heldFrame
 	for {
-		// Outside the lock, a page at a time, with a Publish that waits
-		// for the client (it only delays this client).
-		for range 64 {
-			b.mu.Lock()
-			if cursor.cmp(b.pos) >= 0 {
-				ok := b.enter(c, cursor)
-				b.mu.Unlock()
-				return ok
-			}
-			b.mu.Unlock()
-			next, n, err := b.replay(ctx, rdb, key, c, cursor, replayPage, false)
-			if err != nil {
-				return fail(err)
-			}
-			cursor = next
-			if n == 0 {
-				break // what lies between was trimmed meanwhile; nothing to send
-			}
+		var err error
+		if cursor, err = b.replay(ctx, c, cursor, target); err != nil {
+			return err
 		}
-		// The last stretch under the lock, so that no entry slips between
-		// the catch-up and the fan-out; TryPublish, as the fan-out does. A
-		// full buffer means another round.
-		b.mu.Lock()
-		if cursor.cmp(b.pos) < 0 {
-			next, _, err := b.replay(ctx, rdb, key, c, cursor, 0, true)
-			cursor = next
-			if errors.Is(err, errFull) {
-				b.mu.Unlock()
-				continue
-			}
-			if err != nil {
-				b.mu.Unlock()
-				return fail(err)
-			}
-		}
-		ok := ctx.Err() == nil && b.enter(c, cursor)
-		b.mu.Unlock()
-		return ok
-	}
-}
-
-// errFull is replay's answer when the client's buffer is full.
-var errFull = errors.New("the client's buffer is full")
-
-// enter adds c to the live fan-out from cursor on (mu held); false when c
-// is gone.
-func (b *broker) enter(c *client, cursor streamID) bool {
-	if b.clients[c.id] != c || b.closed {
-		return false
-	}
-	delete(b.catching, c)
-	c.joined, c.from, c.last = true, cursor, cursor
-	g := b.groups[c.sub.key]
-	if g == nil {
-		g = &group{sub: c.sub, clients: map[*client]struct{}{}}
-		b.groups[c.sub.key] = g
-		b.fresh[c.sub.key] = g
-		b.subsGen++
-	}
-	g.clients[c] = struct{}{}
-	return true
-}
-
-// fellBehind takes c out of the live fan-out when its buffer is full (mu
-// held): a goroutine of its own catches it up from the stream, after the
-// last entry it was given. (serve waits for it: this happens only while c
-// is in the fan-out, before serve takes it out.)
-func (b *broker) fellBehind(c *client) {
-	b.leave(c)
-	b.catching[c] = struct{}{}
-	c.seq = b.seq - 1 // behind by the entry that did not fit
-	cursor := c.last
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		b.catchUp(c.ctx, c, cursor)
-	}()
-}
-
-// replay sends c the matching events after cursor (from at most count
-// entries; 0 = all up to the broker's position) and returns the id of the
-// last event it is done with and how many entries it read. With try (mu
-// is held) it does not wait: a full buffer ends it with errFull. From the
-// id of an entry's own event it reads that entry again: its also event
-// may be due.
-func (b *broker) replay(ctx context.Context, rdb redis.UniversalClient, key string, c *client, cursor streamID, count int64, try bool) (streamID, int, error) {
-	start := "(" + cursor.entry()
-	if cursor.n == 0 {
-		start = cursor.entry()
-	}
-	var msgs []redis.XMessage
-	var err error
-	if count > 0 {
-		msgs, err = rdb.XRangeN(ctx, key, start, "+", count).Result()
-	} else {
-		msgs, err = rdb.XRange(ctx, key, start, b.pos.entry()).Result()
-	}
-	if err != nil {
-		return cursor, 0, err
-	}
-	done := 0
-	defer func() {
-		// Entries behind it are counted from the broker's entry count.
-		if !try {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-		}
-		c.seq += int64(done)
-	}()
-	for _, m := range msgs {
-		id, ok := parseStreamID(m.ID)
-		if !ok {
-			continue
-		}
-		own, second := frame(m, id)
-		events := []entry{own, second}
-		if !second.also {
-			events = events[:1]
-		}
-		for _, e := range events {
-			if e.id.cmp(cursor) <= 0 {
-				continue // sent before
-			}
-			if e.ev != nil && c.sub.match(e.topic) {
-				if try {
-					if !b.sse.TryPublish(c.id, e.ev) {
-						return cursor, len(msgs), errFull
+		cut := cursor // held frames up to it came from the stream too
+		for {
+			n := 0
+			for _, f := range pending {
+				if f.id.cmp(cut) > 0 {
+					if _, err := c.w.w.Write(f.b); err != nil {
+						return err
 					}
-				} else if !b.publish(ctx, c, e.ev) {
-					return cursor, len(msgs), ctx.Err()
+					cursor, n = f.id, n+1
 				}
 			}
-			cursor = e.id
-			if !e.also {
-				done++ // entries are counted by their own event
+			if n > 0 {
+				if err := c.rc.Flush(); err != nil {
+					return err
+				}
+				b.mu.Lock()
+				c.cursor = cursor
+				b.mu.Unlock()
 			}
+			held, over := c.w.take()
+			if over.cmp(cursor) > 0 {
+				// Frames were let go: read them from the stream.
+				pending, target = held, over
+				break
+			}
+			if len(held) > 0 {
+				pending = held
+				continue
+			}
+			if c.w.release(cut) {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				delete(b.catching, c)
+				c.joined = b.clients[c.id] == c
+				return nil
+			}
+			pending = nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 	}
-	return cursor, len(msgs), nil
 }
 
-// publish sends ev to c, waiting for room; false once c is gone.
-func (b *broker) publish(ctx context.Context, c *client, ev *sse.Event) bool {
-	if ctx.Err() != nil {
-		return false
+// replay writes c the matching events after cursor up to target from the
+// stream and returns the last id it is done with. From the id of an
+// entry's own event it reads that entry again: its also event may be due.
+func (b *broker) replay(ctx context.Context, c *client, cursor, target streamID) (streamID, error) {
+	rdb, key := b.store.Client(), b.store.Keys().Events()
+	var buf bytes.Buffer
+	for cursor.cmp(target) < 0 {
+		start := "(" + cursor.entry()
+		if cursor.n == 0 {
+			start = cursor.entry()
+		}
+		msgs, err := rdb.XRangeN(ctx, key, start, target.entry(), replayPage).Result()
+		if err != nil {
+			return cursor, err
+		}
+		buf.Reset()
+		from := cursor
+		for _, m := range msgs {
+			id, ok := parseStreamID(m.ID)
+			if !ok {
+				continue
+			}
+			own, second := frame(m, id)
+			events := []entry{own, second}
+			if !second.also {
+				events = events[:1]
+			}
+			for _, e := range events {
+				if e.id.cmp(cursor) <= 0 {
+					continue // sent before
+				}
+				if e.ev != nil && c.sub.match(e.topic) {
+					appendFrame(&buf, e.ev)
+				}
+				cursor = e.id
+			}
+		}
+		if cursor == from {
+			return target, nil // trimmed meanwhile: nothing to send
+		}
+		if buf.Len() > 0 {
+			if _, err := c.w.w.Write(buf.Bytes()); err != nil {
+				return cursor, err
+			}
+			if err := c.rc.Flush(); err != nil {
+				return cursor, err
+			}
+		}
+		b.mu.Lock()
+		c.cursor = cursor
+		b.mu.Unlock()
 	}
-	b.sse.Publish(c.id, ev) // returns when queued, or when the stream is removed
-	return ctx.Err() == nil
+	return cursor, nil
+}
+
+// appendFrame appends ev as r3labs/sse frames it.
+func appendFrame(buf *bytes.Buffer, ev *sse.Event) {
+	buf.WriteString("id: ")
+	buf.Write(ev.ID)
+	buf.WriteString("\ndata: ")
+	buf.Write(ev.Data)
+	buf.WriteString("\nevent: ")
+	buf.Write(ev.Event)
+	buf.WriteString("\n\n")
 }
 
 // plan decides, before the response starts, where a client's catch-up
@@ -381,7 +363,7 @@ func (b *broker) plan(ctx context.Context, lastID string) (plan, error) {
 	return p, err
 }
 
-// begin sends what comes before the catch-up: the reset event and the
+// begin writes what comes before the catch-up: the reset event and the
 // snapshot, if the plan has them, with the cursor's id.
 func (b *broker) begin(ctx context.Context, c *client, p plan) error {
 	if !p.snapshot {
@@ -389,12 +371,11 @@ func (b *broker) begin(ctx context.Context, c *client, p plan) error {
 	}
 	id := []byte(p.cursor.String())
 	now := b.clock.Now().UnixMilli()
+	var buf bytes.Buffer
 	if p.reset != "" {
 		data, _ := json.Marshal(ResetData{LastEventID: truncate(p.lastID, 64), Reason: p.reset})
 		ev, _ := json.Marshal(health.Event{Type: health.EventReset, Timestamp: now, Data: data})
-		if !b.publish(ctx, c, &sse.Event{ID: id, Event: []byte(health.EventReset), Data: ev}) {
-			return ctx.Err()
-		}
+		appendFrame(&buf, &sse.Event{ID: id, Event: []byte(health.EventReset), Data: ev})
 	}
 	events, err := b.snapshot(ctx, c.sub)
 	if err != nil {
@@ -409,11 +390,18 @@ func (b *broker) begin(ctx context.Context, c *client, p plan) error {
 		if err != nil {
 			return err
 		}
-		if !b.publish(ctx, c, &sse.Event{ID: id, Event: []byte(health.EventSnapshot), Data: data}) {
-			return ctx.Err()
+		appendFrame(&buf, &sse.Event{ID: id, Event: []byte(health.EventSnapshot), Data: data})
+		if buf.Len() >= 32<<10 {
+			if _, err := c.w.w.Write(buf.Bytes()); err != nil {
+				return err
+			}
+			buf.Reset()
 		}
 	}
-	return nil
+	if _, err := c.w.w.Write(buf.Bytes()); err != nil {
+		return err
+	}
+	return c.rc.Flush()
 }
 
 // ResetData is the payload of a reset event: the client's Last-Event-ID

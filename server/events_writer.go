@@ -1,0 +1,227 @@
+package server
+
+import (
+	"bytes"
+	"net/http"
+	"sync"
+	"sync/atomic"
+)
+
+// Limits of what a joining client's writer holds while the client catches
+// up: past either, what it holds is let go and the catch-up reads on from
+// the stream instead.
+const (
+	holdFrames = memoryLag
+	holdBytes  = 1 << 20
+)
+
+// Modes of an sseWriter.
+const (
+	// modeHold: r3labs/sse's frames are kept in memory while the join
+	// goroutine writes the client's snapshot and catch-up itself.
+	modeHold int32 = iota
+	// modeLive: frames go to the connection, those up to liveFrom skipped
+	// (queued in the shared stream before the catch-up ended).
+	modeLive
+	// modeDropped: the client is being disconnected; frames are discarded,
+	// so that r3labs/sse's loop drains its channel without the network.
+	modeDropped
+)
+
+// sseWriter is the ResponseWriter r3labs/sse serves a client of a shared
+// stream through. The broker writes the response's header itself before
+// (r3labs's WriteHeader only says that its subscriber is registered), and
+// the client's own start (snapshot, catch-up) beside it while it holds
+// r3labs's frames; then frames pass through. Write and Flush are called by
+// r3labs's loop only; hold, release and drop by others.
+type sseWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	h  http.Header // what r3labs sets; the response's header is sent already
+	// registered is closed at r3labs's WriteHeader: every entry published
+	// to the stream from then on reaches this client.
+	registered chan struct{}
+	regOnce    sync.Once
+
+	mode atomic.Int32
+
+	// The frame being written (r3labs's loop only): started says its first
+	// line was seen, skip that it is not sent, held that it is kept.
+	started, skip, buffered bool
+	cur                     []byte
+	curID                   streamID
+
+	mu       sync.Mutex
+	held     []heldFrame
+	heldSize int
+	// overflow is the id of the last frame let go for want of room (zero:
+	// none): the catch-up must reach it.
+	overflow streamID
+	// liveFrom: in modeLive, frames with an id up to it are skipped, until
+	// the first one after it (filtering then ends).
+	liveFrom  streamID
+	filtering bool
+
+	// busy is set while a live write is under way and progress counts the
+	// frames written (the broker's watchdog reads both).
+	busy     atomic.Bool
+	progress atomic.Uint64
+}
+
+// heldFrame is one frame r3labs wrote while the client caught up.
+type heldFrame struct {
+	id streamID
+	b  []byte
+}
+
+func newSSEWriter(w http.ResponseWriter, rc *http.ResponseController) *sseWriter {
+	return &sseWriter{w: w, rc: rc, h: http.Header{}, registered: make(chan struct{})}
+}
+
+// Header is a header of its own: the response's was written by serve.
+func (s *sseWriter) Header() http.Header { return s.h }
+
+// WriteHeader is r3labs's, once its subscriber is registered.
+func (s *sseWriter) WriteHeader(int) {
+	s.regOnce.Do(func() { close(s.registered) })
+}
+
+// Write takes r3labs's frames piece by piece: the first line of a frame
+// ("id: ..." or a comment) decides where the whole frame goes.
+func (s *sseWriter) Write(p []byte) (int, error) {
+	if !s.started {
+		s.startFrame(p)
+	}
+	switch {
+	case s.skip:
+	case s.buffered:
+		s.cur = append(s.cur, p...)
+	default:
+		s.busy.Store(true)
+		_, err := s.w.Write(p)
+		s.busy.Store(false)
+		if err != nil {
+			s.skip = true
+		}
+	}
+	return len(p), nil
+}
+
+// startFrame decides what happens to the frame whose first write is p.
+func (s *sseWriter) startFrame(p []byte) {
+	s.started, s.skip, s.buffered = true, false, false
+	id, hasID := frameID(p)
+	s.curID = id
+	switch s.mode.Load() {
+	case modeDropped:
+		s.skip = true
+	case modeHold:
+		// Comments (keep-alives) are not held; the frame may end live if
+		// the writer is released meanwhile (Flush sees to it).
+		s.buffered, s.skip = hasID, !hasID
+	case modeLive:
+		s.mu.Lock()
+		if s.filtering && hasID {
+			if id.cmp(s.liveFrom) <= 0 {
+				s.skip = true
+			} else {
+				s.filtering = false
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// frameID parses r3labs's first line of an event, "id: <id>\n".
+func frameID(p []byte) (streamID, bool) {
+	rest, ok := bytes.CutPrefix(p, []byte("id: "))
+	if !ok {
+		return zeroID, false
+	}
+	return parseStreamID(string(bytes.TrimSuffix(rest, []byte("\n"))))
+}
+
+// Flush ends r3labs's frame: a held one is kept (or, released meanwhile,
+// written), a live one flushed to the client.
+func (s *sseWriter) Flush() {
+	if !s.started {
+		return // the flush after WriteHeader
+	}
+	s.started = false
+	if s.skip {
+		return
+	}
+	if s.buffered {
+		s.mu.Lock()
+		if s.mode.Load() == modeHold {
+			s.keep()
+			s.mu.Unlock()
+			return
+		}
+		write := s.mode.Load() == modeLive && (!s.filtering || s.curID.cmp(s.liveFrom) > 0)
+		if write {
+			s.filtering = false
+		}
+		s.mu.Unlock()
+		frame := s.cur
+		s.cur = s.cur[:0]
+		if !write {
+			return
+		}
+		s.busy.Store(true)
+		_, err := s.w.Write(frame)
+		s.busy.Store(false)
+		if err != nil {
+			return
+		}
+	}
+	s.busy.Store(true)
+	_ = s.rc.Flush()
+	s.busy.Store(false)
+	s.progress.Add(1)
+}
+
+// keep holds the frame in cur (mu held); past the limits everything held
+// is let go and overflow says how far the catch-up must read.
+func (s *sseWriter) keep() {
+	defer func() { s.cur = s.cur[:0] }()
+	if len(s.held) >= holdFrames || s.heldSize+len(s.cur) > holdBytes {
+		s.held, s.heldSize = nil, 0
+		s.overflow = s.curID
+		return
+	}
+	s.held = append(s.held, heldFrame{id: s.curID, b: bytes.Clone(s.cur)})
+	s.heldSize += len(s.cur)
+}
+
+// take returns the frames held so far and the overflow mark, and clears
+// both.
+func (s *sseWriter) take() ([]heldFrame, streamID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, o := s.held, s.overflow
+	s.held, s.heldSize, s.overflow = nil, 0, zeroID
+	return h, o
+}
+
+// release lets frames through from now on, skipping those up to from;
+// false (nothing changed) when frames were held or let go since the last
+// take: the caller takes them first.
+func (s *sseWriter) release(from streamID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.held) > 0 || s.overflow != zeroID || s.mode.Load() != modeHold {
+		return false
+	}
+	s.liveFrom, s.filtering = from, true
+	s.mode.Store(modeLive)
+	return true
+}
+
+// drop discards every frame from now on.
+func (s *sseWriter) drop() {
+	s.mu.Lock()
+	s.mode.Store(modeDropped)
+	s.held, s.heldSize = nil, 0
+	s.mu.Unlock()
+}
