@@ -139,6 +139,8 @@ type broker struct {
 	views *workerViews
 	// metrics counts clients, entries and lag drops (nil: not counted).
 	metrics *metrics.Metrics
+	// snaps are the snapshot reads under way, by pattern set.
+	snaps map[string]*snapSlot
 	// left is closed, and replaced, whenever a client has left (tests
 	// wait on it).
 	left chan struct{}
@@ -174,6 +176,7 @@ func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.C
 		sse: s, ready: make(chan struct{}),
 		groups: map[string]*group{}, clients: map[string]*client{}, catching: map[*client]struct{}{},
 		perAddr: map[string]int{}, fresh: map[string]*group{}, views: newWorkerViews(store, log), left: make(chan struct{}),
+		snaps: map[string]*snapSlot{},
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b

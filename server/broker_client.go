@@ -85,6 +85,7 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	b.nextID++
 	c.id = strconv.FormatUint(b.nextID, 10)
 	c.g = b.groupOf(sub)
+	c.sub = c.g.sub // one copy per pattern set
 	c.g.clients[c] = struct{}{}
 	b.clients[c.id] = c
 	b.catching[c] = struct{}{}
@@ -143,8 +144,10 @@ func sseRequest(r *http.Request, stream string) *http.Request {
 	u := *r.URL
 	u.RawQuery = url.Values{"stream": {stream}}.Encode()
 	r.URL = &u
-	r.Header = r.Header.Clone()
-	r.Header.Del("Last-Event-ID")
+	if r.Header.Get("Last-Event-ID") != "" {
+		r.Header = r.Header.Clone()
+		r.Header.Del("Last-Event-ID")
+	}
 	return r
 }
 
@@ -377,19 +380,11 @@ func (b *broker) begin(ctx context.Context, c *client, p plan) error {
 		ev, _ := json.Marshal(health.Event{Type: health.EventReset, Timestamp: now, Data: data})
 		appendFrame(&buf, &sse.Event{ID: id, Event: []byte(health.EventReset), Data: ev})
 	}
-	events, err := b.snapshot(ctx, c.sub)
+	frames, err := b.sharedSnapshot(ctx, c.sub)
 	if err != nil {
 		return err
 	}
-	for _, e := range events {
-		e.Type = health.EventSnapshot
-		if e.Timestamp == 0 {
-			e.Timestamp = now
-		}
-		data, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
+	for _, data := range frames {
 		appendFrame(&buf, &sse.Event{ID: id, Event: []byte(health.EventSnapshot), Data: data})
 		if buf.Len() >= 32<<10 {
 			if _, err := c.w.w.Write(buf.Bytes()); err != nil {

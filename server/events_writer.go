@@ -37,7 +37,6 @@ const (
 type sseWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
-	h  http.Header // what r3labs sets; the response's header is sent already
 	// registered is closed at r3labs's WriteHeader: every entry published
 	// to the stream from then on reaches this client.
 	registered chan struct{}
@@ -75,11 +74,12 @@ type heldFrame struct {
 }
 
 func newSSEWriter(w http.ResponseWriter, rc *http.ResponseController) *sseWriter {
-	return &sseWriter{w: w, rc: rc, h: http.Header{}, registered: make(chan struct{})}
+	return &sseWriter{w: w, rc: rc, registered: make(chan struct{})}
 }
 
-// Header is a header of its own: the response's was written by serve.
-func (s *sseWriter) Header() http.Header { return s.h }
+// Header is a new header each time, dropped: the response's was written by
+// serve (and a map kept per client would cost memory for nothing).
+func (s *sseWriter) Header() http.Header { return http.Header{} }
 
 // WriteHeader is r3labs's, once its subscriber is registered.
 func (s *sseWriter) WriteHeader(int) {
