@@ -164,7 +164,8 @@ func (s *Supervisor) serveCommands() {
 			return
 		default:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		// A Stop ends the read (the wake-up it pushes may not get through).
+		ctx, cancel := context.WithTimeout(s.leaving, 3*time.Second)
 		res, err := s.store.Client().BLPop(ctx, time.Second, keys.Commands(s.cfg.Host)).Result()
 		cancel()
 		if err != nil {

@@ -47,6 +47,7 @@ type timerRef struct {
 // it runs what handlers deferred (fences found by refused writes, a
 // rewrite after lost data) and checks whether a shutdown has drained.
 func (s *Supervisor) monitor() {
+	defer s.end()
 	defer close(s.dead)
 	for {
 		select {

@@ -88,7 +88,8 @@ func (s *Supervisor) probeRedis() {
 			return
 		case <-time.After(probeInterval):
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+		// Until the monitor returns: a Stop does not wait for a probe.
+		ctx, cancel := context.WithTimeout(s.over, s.cfg.OpTimeout)
 		err := pingAll(ctx, s.store.Client())
 		if err == nil {
 			err = s.probeWrite(ctx)

@@ -32,6 +32,13 @@ func stallHarness(t testing.TB, n int) (*harness, *faultproxy.Proxy, *health.Sto
 // directly.
 func proxiedHarness(t testing.TB, cfg supervisor.Config) (*harness, *faultproxy.Proxy, *health.Store) {
 	t.Helper()
+	return proxiedHarnessWith(t, cfg, nil)
+}
+
+// proxiedHarnessWith is proxiedHarness whose supervisor's client options
+// are first changed by opts (if not nil).
+func proxiedHarnessWith(t testing.TB, cfg supervisor.Config, opts func(*redis.Options)) (*harness, *faultproxy.Proxy, *health.Store) {
+	t.Helper()
 	env := testredis.New(t)
 	u, err := url.Parse(env.URL)
 	if err != nil {
@@ -47,6 +54,9 @@ func proxiedHarness(t testing.TB, cfg supervisor.Config) (*harness, *faultproxy.
 		t.Fatal(err)
 	}
 	opt.Addr = p.Addr()
+	if opts != nil {
+		opts(opt)
+	}
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
 	u.Host = p.Addr()

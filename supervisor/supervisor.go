@@ -40,7 +40,14 @@ type Supervisor struct {
 	up       chan struct{}
 	quit     chan struct{} // closed by Stop once drained: the monitor returns
 	stopCmds chan struct{} // closed by Stop: no more commands from other hosts
-	dead     chan struct{} // closed when the monitor has returned
+	// leaving ends once Stop begins: a cluster tick waiting on Redis then
+	// gives up (see tick), so that the shutdown does not wait behind it.
+	leaving context.Context
+	leave   context.CancelFunc
+	// over ends with dead: the probe of an unreachable Redis gives up then.
+	over context.Context
+	end  context.CancelFunc
+	dead chan struct{} // closed when the monitor has returned
 
 	wg     sync.WaitGroup // goroutines of processes and probes
 	groups groups         // process groups of the live children, for Stop's last resort
@@ -78,7 +85,13 @@ func New(cfg Config, store *health.Store) (*Supervisor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	leaving, leave := context.WithCancel(context.Background())
+	over, end := context.WithCancel(context.Background())
 	return &Supervisor{
+		leaving:  leaving,
+		leave:    leave,
+		over:     over,
+		end:      end,
 		cfg:      cfg,
 		store:    store,
 		log:      cfg.Logger,
@@ -205,10 +218,19 @@ func (s *Supervisor) shutdownInOrder() {
 	// keeps every release waiting (fault explorer E23). A release not
 	// written is a lease that expires instead.
 	releaseBy := time.Now().Add(s.cfg.StopTimeout + time.Second)
+	// A tick waiting on Redis gives up, and the wake-up of the command
+	// reader is not waited for: on a Redis node that died (a Cluster
+	// master SIGKILLed) each would hold the shutdown for up to 5 and 1
+	// op_timeouts (fault explorer E24).
+	s.leave()
 	close(s.stopCmds)
-	wctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
-	_ = s.store.Client().RPush(wctx, s.store.Keys().Commands(s.cfg.Host), wakeUp).Err()
-	cancel()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		wctx, cancel := context.WithTimeout(s.over, s.cfg.OpTimeout)
+		defer cancel()
+		_ = s.store.Client().RPush(wctx, s.store.Keys().Commands(s.cfg.Host), wakeUp).Err()
+	}()
 	_ = s.call(context.Background(), s.shutdown)
 	<-s.drained
 	_ = s.call(context.Background(), func() { s.releaseAll(releaseBy) })

@@ -39,7 +39,16 @@ func (s *Supervisor) tick(first bool) {
 	if s.redis.down() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
+	// A tick that a Stop catches waiting on Redis gives up (E24): the
+	// shutdown runs in this goroutine, after it. What it did not finish
+	// is what a lost reply leaves (a lease taken and not known expires);
+	// its failure says nothing of Redis. The shutdown's own ticks, which
+	// renew the leases of workers still stopping, run to their end.
+	base := context.Background()
+	if !s.shuttingDown {
+		base = s.leaving
+	}
+	ctx, cancel := context.WithTimeout(base, 5*s.cfg.OpTimeout)
 	defer cancel()
 	var err error
 	if s.shuttingDown {
@@ -47,7 +56,7 @@ func (s *Supervisor) tick(first bool) {
 	} else {
 		err = s.clusterTick(ctx, first)
 	}
-	if err != nil {
+	if err != nil && base.Err() == nil {
 		s.redisFailed(err)
 	}
 	if first {

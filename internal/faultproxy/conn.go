@@ -16,13 +16,14 @@ type kind int
 const (
 	pass kind = iota // forward the reply
 	drop             // swallow the reply, then close the connection
+	hold             // hold the reply until released (HoldReply)
 	raw              // forward it, then stop pairing: pass every byte through
 )
 
 // pending is a command forwarded whose reply has not come back yet.
 type pending struct {
 	kind kind
-	arm  *dropArm // for drop
+	arm  *dropArm // for drop and hold
 }
 
 // conn is one client connection and its upstream connection. Two
@@ -171,6 +172,9 @@ func (c *conn) commands(up net.Conn) {
 		e := pending{kind: pass}
 		if arm := c.p.takeDrop(args); arm != nil {
 			e = pending{kind: drop, arm: arm}
+			if arm.release != nil {
+				e.kind = hold
+			}
 		} else if unpaired(args) {
 			e.kind = raw
 		}
@@ -230,6 +234,16 @@ func (c *conn) replies(up net.Conn) {
 			close(e.arm.done) // before the client can see the connection end
 			c.close()
 			return
+		}
+		if ok && e.kind == hold {
+			// The command ran; its reply (and every one after it on this
+			// connection) waits, as behind a server that stopped answering.
+			close(e.arm.done)
+			select {
+			case <-e.arm.release:
+			case <-c.done:
+				return
+			}
 		}
 		if !c.forward(c.client, buf) {
 			return

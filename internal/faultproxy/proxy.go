@@ -35,12 +35,14 @@ type Stats struct {
 	Failed   int // connections closed because the upstream did not answer the dial
 	Cut      int // connections closed by Cut
 	Dropped  int // replies swallowed by DropReply
+	Held     int // replies held by HoldReply
 }
 
-// dropArm is one armed DropReply.
+// dropArm is one armed DropReply or HoldReply.
 type dropArm struct {
-	match func(args []string) bool
-	done  chan struct{}
+	match   func(args []string) bool
+	done    chan struct{}
+	release chan struct{} // HoldReply's: closed by its release
 }
 
 // New listens on a free loopback port and forwards every connection to
@@ -155,6 +157,22 @@ func (p *Proxy) DropReply(match func(args []string) bool) <-chan struct{} {
 	return p.drop.done
 }
 
+// HoldReply arms a reply that does not come: the next client command (on
+// any connection) for which match returns true is forwarded and runs, but
+// its reply, and every later one on that connection, is held until release
+// is called or the connection closes (Cut, or the client giving up), as a
+// server that stopped answering in the middle of a call. held is closed
+// once the reply has arrived and is being held. It shares DropReply's arm:
+// arming one replaces the other.
+func (p *Proxy) HoldReply(match func(args []string) bool) (held <-chan struct{}, release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := &dropArm{match: match, done: make(chan struct{}), release: make(chan struct{})}
+	p.drop = a
+	var once sync.Once
+	return a.done, func() { once.Do(func() { close(a.release) }) }
+}
+
 // Stats returns the proxy's counts so far.
 func (p *Proxy) Stats() Stats {
 	p.mu.Lock()
@@ -194,7 +212,11 @@ func (p *Proxy) takeDrop(args []string) *dropArm {
 	}
 	d := p.drop
 	p.drop = nil
-	p.counted.Dropped++
+	if d.release != nil {
+		p.counted.Held++
+	} else {
+		p.counted.Dropped++
+	}
 	return d
 }
 

@@ -270,3 +270,43 @@ func TestClose(t *testing.T) {
 		t.Fatalf("%d connections after Close", n)
 	}
 }
+
+// HoldReply: the command runs, its reply waits until released; a Cut
+// ends the wait with an error instead.
+func TestHoldReply(t *testing.T) {
+	w := newWorld(t)
+	c := ctx(t)
+	matchB := func(args []string) bool { return strings.EqualFold(args[0], "INCR") && args[1] == w.key("b") }
+	held, release := w.proxy.HoldReply(matchB)
+	defer release()
+	got := make(chan error, 1)
+	go func() { got <- w.via.Incr(c, w.key("b")).Err() }()
+	select {
+	case <-held:
+	case <-c.Done():
+		t.Fatal("the reply was never held")
+	}
+	if got := w.env.Client.Get(c, w.key("b")).Val(); got != "1" {
+		t.Fatalf("b = %q: the held command did not run", got)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("the call returned (%v) while its reply was held", err)
+	default:
+	}
+	release()
+	if err := <-got; err != nil {
+		t.Fatalf("the released call: %v", err)
+	}
+
+	held, _ = w.proxy.HoldReply(matchB)
+	go func() { got <- w.via.Incr(c, w.key("b")).Err() }()
+	<-held
+	w.proxy.Cut()
+	if err := <-got; err == nil {
+		t.Fatal("a held call whose connection was cut succeeded")
+	}
+	if s := w.proxy.Stats(); s.Held != 2 || s.Dropped != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
