@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"os"
 	"strconv"
 	"strings"
@@ -88,7 +89,7 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 	w := t.w
 	if !ownedProcessAlive(pid, w.id) {
 		s.recoverTasks(w, pid, "supervisor_restart")
-		_ = s.spawn(t, health.ActorMonitor, false)
+		s.spawnOver(t, pid)
 		return
 	}
 	t.to(stWaitingOld)
@@ -161,5 +162,30 @@ func (s *Supervisor) onGone(m goneMsg) {
 		t.to(stIdle)
 		return
 	}
-	_ = s.spawn(t, health.ActorMonitor, false)
+	s.spawnOver(t, m.pid)
+}
+
+// spawnOver starts t's worker once the earlier process pid is gone. The
+// slot's record may still name that process: Redis lost the record while
+// the process was waited for, and its next heartbeat re-created it,
+// healthy (a heartbeat re-creates a record that is gone). The spawn's
+// write is then refused (healthy → starting), and the worker stayed for
+// good waiting for a process that was gone: the slot never ran again and
+// a Stop never returned (fault explorer E25). The slot is this host's
+// (every write checks the lease) and the process named is gone: the
+// record is written crashed over it, and the worker started.
+func (s *Supervisor) spawnOver(t step, pid int) {
+	w := t.w
+	err := s.spawn(t, health.ActorMonitor, false)
+	var te *health.TransitionError
+	if errors.As(err, &te) {
+		s.logw(w).Warn("the slot's record names a process that is gone: writing over it", "status", te.From, "pid", pid)
+		w.rec.Status, w.rec.Reason = health.StatusCrashed, "the record of a process that is gone"
+		if err = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: true}); err == nil {
+			err = s.spawn(t, health.ActorMonitor, false)
+		}
+	}
+	if err != nil && w.state == stWaitingOld {
+		t.to(stIdle) // never waiting for nothing: a Stop waits for no idle worker
+	}
 }
