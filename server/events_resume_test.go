@@ -1,0 +1,158 @@
+package server_test
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/queue"
+)
+
+// msgKey is what the resume tests compare of a message: all of it.
+func msgKey(m sseMsg) string { return m.ID + " " + m.Event + " " + m.Data }
+
+// until reads c's messages after its snapshots up to one whose id is in
+// stop (not included).
+func (c *sseClient) until(stop map[string]bool) []string {
+	c.tb.Helper()
+	var out []string
+	changes := false
+	for {
+		m := c.next()
+		if m.Event == health.EventSnapshot && !changes {
+			continue
+		}
+		changes = true
+		if stop[m.ID] {
+			return out
+		}
+		out = append(out, msgKey(m))
+	}
+}
+
+// TestEventsResumeAtEveryBoundary: a stream of old workers' job entries
+// (two per event), new ones (one, also queue:jobs), other events, an
+// entry whose data has line breaks, one whose also cannot be re-framed
+// and one whose also is its own topic. For each kind of client (job
+// topics only, queue:jobs only, both, neither, everything), what it gets
+// live is what it gets resuming from before the first entry, and resuming
+// from any id (one it got, or one of the others') gives exactly the rest
+// of that, in order; the history, paged at any size, lists the same.
+func TestEventsResumeAtEveryBoundary(t *testing.T) {
+	h := newHarness(t, setup{})
+	base := serveHTTP(t, h.h)
+	subs := []struct {
+		name   string
+		topics []string
+	}{
+		{"job:*", []string{"job:*"}},
+		{"queue:jobs", []string{"queue:jobs"}},
+		{"both", []string{"job:*", "queue:jobs"}},
+		{"neither", []string{"rev:*"}},
+		{"everything", nil},
+	}
+	live := make([]*sseClient, len(subs))
+	for i, s := range subs {
+		live[i] = subscribe(t, base, s.topics, "")
+	}
+	start := h.emit("rev:start", "")
+	key := h.store.Keys().Events()
+	jt := func(task string) string { return queue.JobTopic(h.q1, task) }
+	raw := func(values ...string) string {
+		id, err := h.redis.Client.XAdd(ctx(t), &redis.XAddArgs{Stream: key, Values: values}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	ts := time.Now().UnixMilli()
+	h.addJobEvents(true, done(h.q1, "o1"))
+	h.addJobEvents(false, done(h.q1, "n1"))
+	h.emit("rev:mid", "")
+	pretty := strings.Replace(jobEnvelope(jt("n2"), ts, done(h.q1, "n2")), ",", ",\n  ", -1)
+	raw("topic", jt("n2"), "type", health.EventJob, "data", pretty, "also", queue.TopicJobs)
+	raw("topic", jt("arr"), "type", health.EventJob, "data", "[1]", "also", queue.TopicJobs)
+	h.addJobEvents(false, done(h.q1, "n3"), done(h.q1, "n4"))
+	h.addJobEvents(true, done(h.q1, "o2"))
+	raw("topic", jt("self"), "type", health.EventJob, "data", jobEnvelope(jt("self"), ts, done(h.q1, "self")), "also", jt("self"))
+	h.addJobEvents(false, done(h.q1, "n5"))
+	end := h.addJobEvents(false, done(h.q1, "end"))[0]
+	endAction := h.emit("rev:end", "")
+	stop := map[string]bool{end: true, end + ".1": true, endAction: true}
+
+	full := make([][]string, len(subs))
+	for i, s := range subs {
+		c := subscribe(t, base, s.topics, start)
+		full[i] = c.until(stop)
+		c.close()
+		got := live[i].until(stop)
+		if len(got) > 0 && strings.HasPrefix(got[0], start+" ") {
+			got = got[1:] // the start itself
+		}
+		if !slices.Equal(got, full[i]) {
+			t.Errorf("%s: live:\n %s\nresumed from the start:\n %s", s.name, strings.Join(got, "\n "), strings.Join(full[i], "\n "))
+		}
+	}
+	everything := full[len(full)-1]
+	at := map[string]int{start: -1}
+	for i, k := range everything {
+		at[strings.Fields(k)[0]] = i
+	}
+	for i, s := range subs {
+		for _, k := range everything {
+			from := strings.Fields(k)[0]
+			var want []string
+			for _, e := range full[i] {
+				if at[strings.Fields(e)[0]] > at[from] {
+					want = append(want, e)
+				}
+			}
+			c := subscribe(t, base, s.topics, from)
+			got := c.until(stop)
+			c.close()
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, resumed from %s:\n got %s\nwant %s", s.name, from, strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+			}
+		}
+		// The history lists the same, a page at a time.
+		for _, limit := range []int{1, 2, 3, 1000} {
+			q := url.Values{"topic": s.topics, "limit": {fmt.Sprint(limit)}, "before": {end}}
+			var got []string
+		pages:
+			for range 100 {
+				hs := historyOf(t, h, q.Encode())
+				for j := len(hs.Events) - 1; j >= 0; j-- {
+					e := hs.Events[j]
+					if _, ok := at[e.ID]; !ok || e.ID == start {
+						if e.ID == start {
+							break pages
+						}
+						t.Fatalf("%s: history has %s %s, not sent", s.name, e.ID, e.Topic)
+					}
+					got = append(got, e.ID)
+				}
+				if !hs.More {
+					break
+				}
+				q.Set("before", hs.NextBefore)
+			}
+			slices.Reverse(got)
+			var want []string
+			for _, e := range full[i] {
+				if strings.HasSuffix(e, " [1]") {
+					continue // not an event (the history skips it)
+				}
+				want = append(want, strings.Fields(e)[0])
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: history by %d: %v, want %v", s.name, limit, got, want)
+			}
+		}
+	}
+}
