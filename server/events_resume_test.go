@@ -156,3 +156,45 @@ func TestEventsResumeAtEveryBoundary(t *testing.T) {
 		}
 	}
 }
+
+// TestEventsResumeFromOddIDs: a Last-Event-ID that is not an event id,
+// or one the stream cannot resume from, gives a reset and a fresh
+// snapshot, then what comes after; never a gap or a failure.
+func TestEventsResumeFromOddIDs(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.seed(h.id(0), health.StatusHealthy, nil)
+	base := serveHTTP(t, h.h)
+	topic := h.id(0).Topic()
+	x := h.addJobEvents(false, done(h.q1, "x"))[0]
+	plain := h.emit(topic, "plain")
+	for _, lastID := range []string{x + ".2", x + ".1.1", x + ".0", x + ".", "-1", "1-", "-", "+", "$", "0", "0-0", "0-0.1",
+		"18446744073709551616-0", "18446744073709551615-18446744073709551615", "18446744073709551615-18446744073709551615.1",
+		plain + ".2", strings.Repeat("9", 40) + "-0"} {
+		c := subscribe(t, base, []string{topic, "queue:jobs"}, lastID)
+		if m := c.next(); m.Event != health.EventReset {
+			t.Errorf("Last-Event-ID %q: first message %s %s %s, want a reset", lastID, m.Event, m.ID, m.Data)
+			c.close()
+			continue
+		}
+		if m := c.next(); m.Event != health.EventSnapshot {
+			t.Errorf("Last-Event-ID %q: after the reset %s %s", lastID, m.Event, m.ID)
+		}
+		id := h.emit(topic, "after")
+		if m := c.nextOf(health.EventAction); m.ID != id {
+			t.Errorf("Last-Event-ID %q: then %s %s, want %s", lastID, m.Event, m.ID, id)
+		}
+		c.close()
+	}
+	// The history before the first id there can be is empty (Redis
+	// refuses the range before 0-0); before the last, everything.
+	for _, before := range []string{"0-0", "0-0.1", "0-1"} {
+		if hs := historyOf(t, h, "before="+before); len(hs.Events) != 0 || hs.More {
+			t.Errorf("history before=%s: %d events, more %v", before, len(hs.Events), hs.More)
+		}
+	}
+	for _, before := range []string{"18446744073709551615-18446744073709551615", "18446744073709551615-18446744073709551615.1"} {
+		if hs := historyOf(t, h, "topic=queue:jobs&before="+before); len(hs.Events) != 1 || hs.Events[0].ID != x+".1" {
+			t.Errorf("history before=%s: %v, want [%s.1]", before, ids(hs.Events), x)
+		}
+	}
+}

@@ -81,8 +81,10 @@ func (s *server) history(ctx context.Context, in *HistoryInput) (*HistoryOutput,
 			return nil, huma.Error422UnprocessableEntity("before must be an event id, <ms>-<seq> or <ms>-<seq>.1")
 		}
 		end = "(" + before.entry()
-		if before.n > 0 {
-			end = before.entry() // its own event is before its also event
+		if before.n > 0 || before == zeroID {
+			// Its own event is before its also event; no entry is 0-0
+			// (and Redis refuses the range before it).
+			end = before.entry()
 		}
 	}
 	start := "-"
