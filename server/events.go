@@ -159,8 +159,9 @@ var eventTypes = map[string]any{
 
 const eventsDescription = `Server-sent events (DESIGN.md §8). On connect, one ` + "`snapshot`" + ` per matching topic that exists
 (its current state, read from Redis), then every change in the order of the Redis stream ` + "`vigil:events`" + `,
-from every host of the cluster. Each message's ` + "`id`" + ` is a stream id (a snapshot carries the id of the
-last stream entry before it was read), ` + "`event`" + ` its type and ` + "`data`" + ` a JSON object
+from every host of the cluster. Each message's ` + "`id`" + ` is a stream id; a job event is one entry under the job's topic
+that is also queue:jobs's, and its queue:jobs message comes right after with that id and ` + "`.1`" + ` (a snapshot carries the id of the
+last event before it was read), ` + "`event`" + ` its type and ` + "`data`" + ` a JSON object
 ` + "`{topic, type, timestamp, <payload>}`" + `. A job_update that changed its worker's current job (` + "`worker_seq`" + ` set) is followed by
 that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
 ` + "`rev`" + ` is below one already seen for that worker, or equal with the same pid and a lower ` + "`current_seq`" + `, is older (a
@@ -200,7 +201,7 @@ func eventStreamSchema(api huma.API) *huma.Schema {
 			Title: "Event " + k,
 			Type:  huma.TypeObject,
 			Properties: map[string]*huma.Schema{
-				"id":    {Type: huma.TypeString, Description: "A stream id of vigil:events, <ms>-<seq>", Examples: []any{"1790000000000-0"}},
+				"id":    {Type: huma.TypeString, Description: "A stream id of vigil:events, <ms>-<seq>; <ms>-<seq>.1 for a job event's queue:jobs message", Examples: []any{"1790000000000-0"}},
 				"event": {Type: huma.TypeString, Description: "The event type", Enum: []any{k}},
 				"data":  reg.Schema(reflect.TypeOf(eventTypes[k]), true, k),
 			},

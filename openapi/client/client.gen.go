@@ -1965,8 +1965,9 @@ type ClientInterface interface {
 	//
 	// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
 	// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
-	// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
-	// last stream entry before it was read), `event` its type and `data` a JSON object
+	// from every host of the cluster. Each message's `id` is a stream id; a job event is one entry under the job's topic
+	// that is also queue:jobs's, and its queue:jobs message comes right after with that id and `.1` (a snapshot carries the id of the
+	// last event before it was read), `event` its type and `data` a JSON object
 	// `{topic, type, timestamp, <payload>}`. A job_update that changed its worker's current job (`worker_seq` set) is followed by
 	// that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
 	// `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
@@ -2319,8 +2320,9 @@ type ClientInterface interface {
 //
 // Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
 // (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
-// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
-// last stream entry before it was read), `event` its type and `data` a JSON object
+// from every host of the cluster. Each message's `id` is a stream id; a job event is one entry under the job's topic
+// that is also queue:jobs's, and its queue:jobs message comes right after with that id and `.1` (a snapshot carries the id of the
+// last event before it was read), `event` its type and `data` a JSON object
 // `{topic, type, timestamp, <payload>}`. A job_update that changed its worker's current job (`worker_seq` set) is followed by
 // that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
 // `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
@@ -4953,8 +4955,9 @@ type ClientWithResponsesInterface interface {
 	//
 	// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
 	// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
-	// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
-	// last stream entry before it was read), `event` its type and `data` a JSON object
+	// from every host of the cluster. Each message's `id` is a stream id; a job event is one entry under the job's topic
+	// that is also queue:jobs's, and its queue:jobs message comes right after with that id and `.1` (a snapshot carries the id of the
+	// last event before it was read), `event` its type and `data` a JSON object
 	// `{topic, type, timestamp, <payload>}`. A job_update that changed its worker's current job (`worker_seq` set) is followed by
 	// that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
 	// `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
@@ -8902,8 +8905,9 @@ func (r ReadyzResponse) ContentType() string {
 //
 // Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
 // (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
-// from every host of the cluster. Each message's `id` is a stream id (a snapshot carries the id of the
-// last stream entry before it was read), `event` its type and `data` a JSON object
+// from every host of the cluster. Each message's `id` is a stream id; a job event is one entry under the job's topic
+// that is also queue:jobs's, and its queue:jobs message comes right after with that id and `.1` (a snapshot carries the id of the
+// last event before it was read), `event` its type and `data` a JSON object
 // `{topic, type, timestamp, <payload>}`. A job_update that changed its worker's current job (`worker_seq` set) is followed by
 // that worker's worker_update, sent live only (not a stream entry: it carries the job event's id). A worker_update whose
 // `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
