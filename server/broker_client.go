@@ -265,7 +265,7 @@ func (b *broker) replay(ctx context.Context, c *client, cursor, target streamID)
 		if cursor.n == 0 {
 			start = cursor.entry()
 		}
-		msgs, err := rdb.XRangeN(ctx, key, start, target.entry(), replayPage).Result()
+		msgs, err := readAfter(ctx, rdb, key, cursor, start, target.entry(), replayPage)
 		if err != nil {
 			return cursor, err
 		}

@@ -1,10 +1,15 @@
 package server_test
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,5 +201,106 @@ func TestEventsResumeFromOddIDs(t *testing.T) {
 		if hs := historyOf(t, h, "topic=queue:jobs&before="+before); len(hs.Events) != 1 || hs.Events[0].ID != x+".1" {
 			t.Errorf("history before=%s: %v, want [%s.1]", before, ids(hs.Events), x)
 		}
+	}
+}
+
+// TestEventsTrimmedWhileCatchingUp: a client that resumes from far back
+// catches up at its own pace; when the stream is trimmed past where it
+// is meanwhile, it must not be sent the rest as if nothing were missing:
+// every event it gets follows the one before it in the stream, and when
+// its connection ends, resuming from its last event gives a reset.
+func TestEventsTrimmedWhileCatchingUp(t *testing.T) {
+	h := newHarness(t, setup{})
+	base := serveHTTP(t, h.h)
+	topic := h.id(0).Topic()
+	from := h.emit(topic, "from")
+	key := h.store.Keys().Events()
+	pad := strings.Repeat("x", 4<<10)
+	const n = 3000
+	var ids []string
+	for len(ids) < n {
+		pipe := h.redis.Client.Pipeline()
+		var cmds []*redis.StringCmd
+		for range 500 {
+			e, _ := json.Marshal(health.Event{Topic: topic, Type: health.EventAction, Timestamp: 1, Action: &health.ActionView{Action: "fill", Target: pad}})
+			cmds = append(cmds, pipe.XAdd(ctx(t), &redis.XAddArgs{Stream: key, Values: []string{"topic", topic, "type", health.EventAction, "data", string(e)}}))
+		}
+		if _, err := pipe.Exec(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			ids = append(ids, c.Val())
+		}
+	}
+	end := h.emit(topic, "end")
+	ids = append(ids, end)
+	next := map[string]string{from: ids[0]}
+	for i := 1; i < len(ids); i++ {
+		next[ids[i-1]] = ids[i]
+	}
+
+	// A client that reads slowly: a small receive buffer, and nothing
+	// read past the first event until the stream is trimmed.
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\nLast-Event-ID: %s\r\n\r\n", topic, from)
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 4096), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/v1/events: %v %v", resp, err)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	nextEvent := func() (id, typ string, ok bool) {
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "" && id != "":
+				return id, typ, true
+			case strings.HasPrefix(line, "id: "):
+				id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				typ = line[7:]
+			}
+		}
+		return "", "", false
+	}
+	last, typ, ok := nextEvent()
+	if !ok || last != ids[0] {
+		t.Fatalf("first event %s %s, want %s", last, typ, ids[0])
+	}
+	if err := h.redis.Client.XTrimMaxLen(ctx(t), key, 10).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := 1
+	for last != end {
+		id, typ, ok := nextEvent()
+		if !ok {
+			break // dropped: it resumes from last
+		}
+		if typ == health.EventReset {
+			t.Logf("reset after %d events", got)
+			return
+		}
+		if id != next[last] {
+			t.Fatalf("after %s (event %d of %d), %s %s: a gap of %d events", last, got, len(ids), typ, id, slices.Index(ids, id)-slices.Index(ids, last)-1)
+		}
+		last = id
+		got++
+	}
+	if last == end {
+		t.Logf("all %d events (the stream was not trimmed in time)", got)
+		return
+	}
+	t.Logf("dropped after %d events", got)
+	c := subscribe(t, base, []string{topic}, last)
+	if m := c.next(); m.Event != health.EventReset {
+		t.Errorf("dropped after %d events; resumed from %s: %s %s, want a reset", got, last, m.Event, m.ID)
 	}
 }
