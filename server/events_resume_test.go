@@ -304,3 +304,62 @@ func TestEventsTrimmedWhileCatchingUp(t *testing.T) {
 		t.Errorf("dropped after %d events; resumed from %s: %s %s, want a reset", got, last, m.Event, m.ID)
 	}
 }
+
+// TestCurrentJobAfterResumeInsideAnEntry: a client that resumes from a
+// job entry's own event or from its queue:jobs event (.1) gets the
+// worker_update of a job event after it as a fresh client does: right
+// after the job's own event, before its queue:jobs event, once; or not at
+// all when the job event reached it through its catch-up (live only).
+func TestCurrentJobAfterResumeInsideAnEntry(t *testing.T) {
+	h := newHarness(t, setup{})
+	id := h.id(0)
+	h.seed(id, health.StatusHealthy, nil)
+	rec, err := h.store.Get(ctx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveHTTP(t, h.h)
+	topics := []string{id.Topic(), "job:*", "queue:jobs"}
+	je := func(task string, seq int64) queue.JobEvent {
+		return queue.JobEvent{Queue: h.q1, ID: task, State: queue.StateProcessing, Component: id.String(), PID: rec.PID,
+			WorkerJob: task, WorkerSeq: seq}
+	}
+	x := h.addJobEvents(false, je("x", 1))[0]
+	for i, also := range []bool{false, true} {
+		last := x
+		if also {
+			last += ".1"
+		}
+		c := subscribe(t, base, topics, last)
+		var want []string
+		if last == x {
+			want = append(want, health.EventJob+" "+x+".1 "+queue.TopicJobs)
+		}
+		task := fmt.Sprint("t", i)
+		y := h.addJobEvents(false, je(task, int64(i+2)))[0]
+		want = append(want,
+			health.EventJob+" "+y+" "+queue.JobTopic(h.q1, task),
+			health.EventWorker+" "+y+" "+id.Topic()+" "+task,
+			health.EventJob+" "+y+".1 "+queue.TopicJobs)
+		end := h.addJobEvents(false, done(h.q1, "end"+task))[0]
+		var got []string
+		for {
+			m := c.next()
+			if m.ID == end {
+				break
+			}
+			e := m.event(t)
+			s := m.Event + " " + m.ID + " " + e.Topic
+			if e.Worker != nil {
+				s += " " + e.Worker.CurrentJob
+			}
+			got = append(got, s)
+		}
+		caughtUp := slices.Delete(slices.Clone(want), len(want)-2, len(want)-1)
+		if !slices.Equal(got, want) && !slices.Equal(got, caughtUp) {
+			t.Errorf("resumed from %s:\n got %s\nwant %s", last, strings.Join(got, "\n     "), strings.Join(want, "\n     "))
+		}
+		c.close()
+		x = end
+	}
+}
