@@ -39,8 +39,9 @@ type SSEConfig struct {
 	// MaxClientsPerAddress caps the concurrent event clients of one client
 	// address (behind a trusted proxy, the forwarded one); beyond it: 429.
 	MaxClientsPerAddress int
-	// MaxLag is how many events may wait for one client; a client further
-	// behind is disconnected (it resumes with Last-Event-ID).
+	// MaxLag is how many entries a client catching up may be behind (it is
+	// disconnected beyond, and resumes with Last-Event-ID), and how many
+	// events the stream shared by the clients of one pattern set holds.
 	MaxLag int
 	// KeepAlive is the interval of keep-alive comments.
 	KeepAlive time.Duration
@@ -139,8 +140,10 @@ type broker struct {
 	views *workerViews
 	// metrics counts clients, entries and lag drops (nil: not counted).
 	metrics *metrics.Metrics
-	// snaps are the snapshot reads under way, by pattern set.
-	snaps map[string]*snapSlot
+	// snaps are the snapshot reads under way, by pattern set; onSnapWait
+	// (tests) is called, under mu, whenever a client begins to wait for one.
+	snaps      map[string]*snapSlot
+	onSnapWait func()
 	// left is closed, and replaced, whenever a client has left (tests
 	// wait on it).
 	left chan struct{}

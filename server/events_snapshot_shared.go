@@ -13,6 +13,9 @@ type snapRead struct {
 	done   chan struct{}
 	frames [][]byte
 	err    error
+	// waiters counts the clients that wait for it (under the broker's
+	// mu).
+	waiters int
 }
 
 // snapSlot is the reads of one pattern set: the one under way, and the
@@ -38,12 +41,16 @@ func (b *broker) sharedSnapshot(ctx context.Context, sub subscription) ([][]byte
 	switch {
 	case slot.next != nil:
 		r = slot.next
+		r.waiters++
 	case slot.running != nil:
-		r = &snapRead{done: make(chan struct{})}
+		r = &snapRead{done: make(chan struct{}), waiters: 1}
 		slot.next, wait, lead = r, slot.running.done, true
 	default:
-		r = &snapRead{done: make(chan struct{})}
+		r = &snapRead{done: make(chan struct{}), waiters: 1}
 		slot.running, lead = r, true
+	}
+	if b.onSnapWait != nil {
+		b.onSnapWait()
 	}
 	b.mu.Unlock()
 	if lead {
