@@ -1973,8 +1973,9 @@ type ClientInterface interface {
 	// `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
 	// snapshot may be newer than events after it): drop it; the live stream itself never sends one older than an earlier one. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 	// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
-	// sse.keepalive (15 s). A client that falls more than sse.max_lag stream entries behind, or that the stream's trimming
-	// overtakes while it catches up, is disconnected (it resumes with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+	// sse.keepalive (15 s). A client that falls more than sse.max_lag stream entries behind while it catches up,
+	// that the stream's trimming overtakes meanwhile, or whose connection takes nothing for 2 to 4 s once it has
+	// caught up, is disconnected (it resumes with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
 	// address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 `*`. Browsers authenticate with the session cookie
 	// (`POST /api/v1/session`), since EventSource cannot send headers.
 	//
@@ -2328,8 +2329,9 @@ type ClientInterface interface {
 // `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
 // snapshot may be newer than events after it): drop it; the live stream itself never sends one older than an earlier one. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 // `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
-// sse.keepalive (15 s). A client that falls more than sse.max_lag stream entries behind, or that the stream's trimming
-// overtakes while it catches up, is disconnected (it resumes with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+// sse.keepalive (15 s). A client that falls more than sse.max_lag stream entries behind while it catches up,
+// that the stream's trimming overtakes meanwhile, or whose connection takes nothing for 2 to 4 s once it has
+// caught up, is disconnected (it resumes with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
 // address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 `*`. Browsers authenticate with the session cookie
 // (`POST /api/v1/session`), since EventSource cannot send headers.
 //
@@ -4963,8 +4965,9 @@ type ClientWithResponsesInterface interface {
 	// `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
 	// snapshot may be newer than events after it): drop it; the live stream itself never sends one older than an earlier one. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 	// `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
-	// sse.keepalive (15 s). A client that falls more than sse.max_lag stream entries behind, or that the stream's trimming
-	// overtakes while it catches up, is disconnected (it resumes with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+	// sse.keepalive (15 s). A client that falls more than sse.max_lag stream entries behind while it catches up,
+	// that the stream's trimming overtakes meanwhile, or whose connection takes nothing for 2 to 4 s once it has
+	// caught up, is disconnected (it resumes with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
 	// address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 `*`. Browsers authenticate with the session cookie
 	// (`POST /api/v1/session`), since EventSource cannot send headers.
 	//
@@ -8913,8 +8916,9 @@ func (r ReadyzResponse) ContentType() string {
 // `rev` is below one already seen for that worker, or equal with the same pid and a lower `current_seq`, is older (a
 // snapshot may be newer than events after it): drop it; the live stream itself never sends one older than an earlier one. Reconnecting with `Last-Event-ID` replays what was missed, or sends
 // `reset` and a fresh snapshot when that id has been trimmed. A comment (`: keep-alive`) comes every
-// sse.keepalive (15 s). A client that falls more than sse.max_lag stream entries behind, or that the stream's trimming
-// overtakes while it catches up, is disconnected (it resumes with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
+// sse.keepalive (15 s). A client that falls more than sse.max_lag stream entries behind while it catches up,
+// that the stream's trimming overtakes meanwhile, or whose connection takes nothing for 2 to 4 s once it has
+// caught up, is disconnected (it resumes with Last-Event-ID); past sse.max_clients connections: 503; past sse.max_clients_per_address from one client
 // address: 429. At most 64 topic patterns, each of at most 256 bytes, 8 segments and 4 `*`. Browsers authenticate with the session cookie
 // (`POST /api/v1/session`), since EventSource cannot send headers.
 //
