@@ -248,8 +248,14 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 	}
 	// Only a process that died with its host: a host that lives reaps its
 	// workers and requeues their tasks (at once, or once Redis is back).
+	// A worker outlives its host by up to stop_timeout + 1 s (invariant
+	// 2), and may dequeue meanwhile a job enqueued after its host died: a
+	// dequeue held by a Redis pause goes through when the pause ends, and
+	// a Redis cut off then keeps the shutting-down worker from handing the
+	// task back (seed 87304).
 	_, host := v.procOf(pid)
-	return w.b.killed(host, j.at, time.Now()) || w.b.stoppedCut(host, j.at, time.Now())
+	since := j.at.Add(-(StopTimeout + time.Second))
+	return w.b.killed(host, since, time.Now()) || w.b.stoppedCut(host, since, time.Now())
 }
 
 // taskState is a job as asynq showed it.
