@@ -66,19 +66,28 @@ func done(q, task string) queue.JobEvent {
 // jobMsg is what a test checks of a job_update it got.
 type jobMsg struct{ id, topic, task string }
 
+// nextChange is c's next message but the snapshots before its first
+// change (*begun: one came).
+func (c *sseClient) nextChange(begun *bool) sseMsg {
+	c.tb.Helper()
+	for {
+		m := c.next()
+		if m.Event == health.EventSnapshot && !*begun {
+			continue
+		}
+		*begun = true
+		return m
+	}
+}
+
 // jobUpdates reads c's job_updates up to the one of task end (not
 // included), skipping other messages (snapshots only before the first);
 // every one's data must be what a worker writes under its topic.
 func (c *sseClient) jobUpdates(end string) []jobMsg {
 	c.tb.Helper()
 	var out []jobMsg
-	changes := false
-	for {
-		m := c.next()
-		if m.Event == health.EventSnapshot && !changes {
-			continue
-		}
-		changes = true
+	for begun := false; ; {
+		m := c.nextChange(&begun)
 		if m.Event == health.EventSnapshot || m.Event == health.EventReset {
 			c.tb.Fatalf("a %s among the changes: %s", m.Event, m.Data)
 		}

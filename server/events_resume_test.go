@@ -27,13 +27,8 @@ func msgKey(m sseMsg) string { return m.ID + " " + m.Event + " " + m.Data }
 func (c *sseClient) until(stop map[string]bool) []string {
 	c.tb.Helper()
 	var out []string
-	changes := false
-	for {
-		m := c.next()
-		if m.Event == health.EventSnapshot && !changes {
-			continue
-		}
-		changes = true
+	for begun := false; ; {
+		m := c.nextChange(&begun)
 		if stop[m.ID] {
 			return out
 		}
