@@ -278,11 +278,7 @@ func TestEventsBurstCatchUpAlso(t *testing.T) {
 func TestCurrentJobOnceForAnAlsoEntry(t *testing.T) {
 	h := newHarness(t, setup{})
 	id := h.id(0)
-	h.seed(id, health.StatusHealthy, nil)
-	rec, err := h.store.Get(ctx(t), id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := h.seedStored(id, health.StatusHealthy)
 	c := subscribe(t, serveHTTP(t, h.h), []string{id.Topic(), "job:*", "queue:jobs"}, "")
 	// The worker's and queue:jobs's: then the client joins the live
 	// fan-out (a catch-up from the stream has no derived worker_update).

@@ -308,11 +308,7 @@ func TestEventsTrimmedWhileCatchingUp(t *testing.T) {
 func TestCurrentJobAfterResumeInsideAnEntry(t *testing.T) {
 	h := newHarness(t, setup{})
 	id := h.id(0)
-	h.seed(id, health.StatusHealthy, nil)
-	rec, err := h.store.Get(ctx(t), id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := h.seedStored(id, health.StatusHealthy)
 	base := serveHTTP(t, h.h)
 	topics := []string{id.Topic(), "job:*", "queue:jobs"}
 	je := func(task string, seq int64) queue.JobEvent {

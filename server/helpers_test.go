@@ -259,6 +259,18 @@ func ctx(tb testing.TB) context.Context {
 }
 
 // seed writes a component record directly (no supervisor).
+// seedStored seeds id in st and returns its record as the store reads it
+// back (with what the store adds: rev, created_at).
+func (h *harness) seedStored(id health.ComponentID, st health.Status) health.Component {
+	h.tb.Helper()
+	h.seed(id, st, nil)
+	rec, err := h.store.Get(context.Background(), id)
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	return rec
+}
+
 func (h *harness) seed(id health.ComponentID, st health.Status, mod func(*health.Component)) {
 	h.tb.Helper()
 	c := health.Component{ID: id, Status: st, Host: "box-1", PID: 4242, StartedAt: time.UnixMilli(1_790_000_000_000), UpdatedAt: time.UnixMilli(1_790_000_001_000)}

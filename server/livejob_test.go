@@ -237,11 +237,7 @@ func TestCurrentJobBrokerOrder(t *testing.T) {
 func TestCurrentJobPIDReused(t *testing.T) {
 	h := newHarness(t, setup{})
 	id := h.id(0)
-	h.seed(id, health.StatusHealthy, nil)
-	rec, err := h.store.Get(ctx(t), id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := h.seedStored(id, health.StatusHealthy)
 	c := subscribe(t, serveHTTP(t, h.h), []string{id.Topic()}, "")
 	if m := c.next(); m.Event != health.EventSnapshot {
 		t.Fatalf("first message %+v, want the snapshot", m)
