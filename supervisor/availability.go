@@ -25,7 +25,10 @@ import "time"
 // TTL − heartbeat interval can cost a live worker its key; with pulse =
 // (TTL − interval)/3 and slow ≤ pulse, the call overlapping such a stall
 // lasts more than 2·pulse and is seen, and a call during such an outage
-// fails.
+// fails. That holds only while the monitor is free to make the pulse: a
+// step of the tick that waits on Redis in calls not timed one by one
+// keeps it from doing so, and a step longer than slow counts as a stall
+// of every shard (unseen, fault explorer E26).
 //
 // Shards. A single Redis (plain or behind Sentinel) is one shard,
 // wholeRedis, judged as one thing: the same value as the whole Redis
@@ -52,6 +55,10 @@ type availability struct {
 	outages     uint64    // outages so far (the current one while down)
 	since       time.Time // when Redis last began answering (zero: always has)
 	last        time.Time // when the last timed call was answered
+	// blind is the end of the last window in which the monitor could make
+	// no call for longer than slow (see unseen): a shard first seen after
+	// it is taken to answer from there, not always.
+	blind time.Time
 	// slots: a Redis Cluster's shards, by hash slot (see shardOf); absent
 	// until a call to it is seen (it answered always, as far as we know).
 	slots map[shard]*span
@@ -167,6 +174,27 @@ func (a *availability) answered(start, end time.Time, shs ...shard) bool {
 	return slow
 }
 
+// unseen records that the monitor waited on Redis from start to end in a
+// step of several calls not timed one by one (the tick's reads and writes
+// after its renewal). Meanwhile it made no other call, the pulse included:
+// a stall of any shard in that window would have gone unseen, and a
+// worker's key may have expired for it (fault explorer E26: two Redis
+// pauses back to back, the tick held by the second, the heartbeat read
+// just after it answered at once). Longer than slow, the window counts as
+// a stall of every shard: it reports true, and no heartbeat is judged
+// until each shard has answered for a TTL after end.
+func (a *availability) unseen(start, end time.Time) bool {
+	if end.Sub(start) <= a.slow {
+		return false
+	}
+	a.since = latest(a.since, end)
+	a.blind = latest(a.blind, end)
+	for _, sp := range a.slots {
+		sp.since = latest(sp.since, end)
+	}
+	return true
+}
+
 // answeredFor reports how long, after now, shard sh must still answer
 // before it will have answered for a whole d: 0 when it already has (a
 // heartbeat on it may be judged).
@@ -180,7 +208,7 @@ func (a *availability) answeredFor(sh shard, d time.Duration, now time.Time) tim
 	sp := a.slots[sh]
 	switch {
 	case sp == nil:
-		return 0
+		return max(0, a.blind.Add(d).Sub(now))
 	case sp.isDown:
 		return d
 	}
@@ -199,13 +227,13 @@ func (a *availability) shardAnsweringSince(sh shard) time.Time {
 	if sp := a.slots[sh]; sp != nil {
 		return sp.since
 	}
-	return time.Time{}
+	return a.blind
 }
 
 func (a *availability) span(sh shard) *span {
 	sp := a.slots[sh]
 	if sp == nil {
-		sp = &span{}
+		sp = &span{since: a.blind}
 		a.slots[sh] = sp
 	}
 	return sp

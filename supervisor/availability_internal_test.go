@@ -29,6 +29,12 @@ func TestAvailability(t *testing.T) {
 			a.back(at(2000))
 			a.answered(at(0), at(1500))
 		}, 2400, 600 * time.Millisecond},
+		{"a short unwatched step: nothing", func(a *availability) { a.unseen(at(0), at(200)) }, 300, 0},
+		{"an unwatched step longer than slow: a TTL from its end (E26)", func(a *availability) {
+			a.answered(at(0), at(10))
+			a.unseen(at(100), at(1100))
+			a.answered(at(1150), at(1160)) // a fast read right after it does not end the grace
+		}, 1200, 900 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -93,6 +99,11 @@ func TestAvailabilityPerShard(t *testing.T) {
 			av.answered(at(1000), at(1600), a)
 			av.answered(at(1500), at(1510), b)
 		}, 1700, 900 * time.Millisecond, 0, false, false, 0},
+		{"an unwatched step delays every shard, one first seen after it too (E26)", func(av *availability) {
+			av.answered(at(0), at(10), a)
+			av.unseen(at(100), at(1100))
+			av.answered(at(1150), at(1160), a, b)
+		}, 1200, 900 * time.Millisecond, 900 * time.Millisecond, false, false, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -245,6 +245,18 @@ func (s *Supervisor) answered(start time.Time, shs ...shard) {
 	s.answeredAt(start, s.cfg.Clock.Now(), shs...)
 }
 
+// waited tells the availability judgement that the monitor waited on
+// Redis from start until now in calls not timed one by one (a step of the
+// tick): longer than slow, no heartbeat is judged until every shard has
+// answered for a whole TTL again (availability.unseen, E26).
+func (s *Supervisor) waited(start time.Time) {
+	end := s.cfg.Clock.Now()
+	if s.redis.unseen(start, end) {
+		s.log.Warn("the monitor waited on redis: no heartbeat judged until it has answered for a whole TTL",
+			"took", end.Sub(start).Round(time.Millisecond), "grace", s.cfg.Heartbeat.TTL)
+	}
+}
+
 func (s *Supervisor) answeredAt(start, end time.Time, shs ...shard) {
 	if s.redis.answered(start, end, shs...) {
 		s.log.Warn("redis answered slowly: no heartbeat judged until it has answered for a whole TTL",

@@ -178,6 +178,7 @@ func (s *Supervisor) dataLost(why string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
 	defer cancel()
+	start := s.cfg.Clock.Now()
 	if err := s.applyPoolSizes(ctx); err != nil {
 		s.redisFailed(err)
 		return
@@ -186,6 +187,7 @@ func (s *Supervisor) dataLost(why string) {
 		s.redisFailed(err)
 		return
 	}
+	s.waited(start)
 	s.rewriteState(why, false)
 }
 

@@ -1,7 +1,9 @@
 package supervisor_test
 
 import (
+	"context"
 	"net/url"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -39,29 +41,50 @@ func proxiedHarness(t testing.TB, cfg supervisor.Config) (*harness, *faultproxy.
 // are first changed by opts (if not nil).
 func proxiedHarnessWith(t testing.TB, cfg supervisor.Config, opts func(*redis.Options)) (*harness, *faultproxy.Proxy, *health.Store) {
 	t.Helper()
+	h, p, _, direct := proxied(t, cfg, opts, false)
+	return h, p, direct
+}
+
+// splitProxiedHarness is proxiedHarness with two proxies: sup carries the
+// supervisor's calls, workers its workers'. A fault on one leaves the
+// other alone.
+func splitProxiedHarness(t testing.TB, cfg supervisor.Config) (h *harness, sup, workers *faultproxy.Proxy, direct *health.Store) {
+	t.Helper()
+	return proxied(t, cfg, nil, true)
+}
+
+func proxied(t testing.TB, cfg supervisor.Config, opts func(*redis.Options), split bool) (*harness, *faultproxy.Proxy, *faultproxy.Proxy, *health.Store) {
+	t.Helper()
 	env := testredis.New(t)
 	u, err := url.Parse(env.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
+	newProxy := func() *faultproxy.Proxy {
+		p, err := faultproxy.New(u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		return p
 	}
-	t.Cleanup(func() { _ = p.Close() })
+	sup, workers := newProxy(), (*faultproxy.Proxy)(nil)
+	if workers = sup; split {
+		workers = newProxy()
+	}
 	opt, err := redis.ParseURL(env.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt.Addr = p.Addr()
+	opt.Addr = sup.Addr()
 	if opts != nil {
 		opts(opt)
 	}
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	u.Host = p.Addr()
+	u.Host = workers.Addr()
 	h := newHarnessOn(t, rdb, u.String(), env.Prefix, cfg)
-	return h, p, health.NewStore(env.Client, env.Prefix, 0)
+	return h, sup, workers, health.NewStore(env.Client, env.Prefix, 0)
 }
 
 // TestRedisStallLongerThanTTLKillsNothing: Redis stops answering (paused,
@@ -96,5 +119,93 @@ func TestRedisStallLongerThanTTLKillsNothing(t *testing.T) {
 	crashed := ev.waitEvent(id[0], func(w health.WorkerView) bool { return w.Status == string(health.StatusCrashed) })
 	if crashed.Reason != "heartbeat expired" {
 		t.Errorf("hung worker: %+v, want crashed for heartbeat expired", crashed)
+	}
+}
+
+// TestTickHeldWhileWorkersCannotBeatKillsNothing: fault explorer E26 (seed
+// 90310: two Redis pauses back to back). The monitor waits in a step of
+// its tick (its read of the control hash, held), so it makes no other
+// call, the pulse included, while the workers cannot reach Redis: their
+// keys expire. Then the tick's reply comes and Redis answers the monitor
+// at once, yet the window it could not watch is a stall like any other: no
+// worker is judged hung for it (before the fix both were killed as hung
+// and counted), and a worker that hangs after it is still found.
+func TestTickHeldWhileWorkersCannotBeatKillsNothing(t *testing.T) {
+	t.Parallel()
+	h, sup, workers, direct := splitProxiedHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy:    longBackoff,
+		OpTimeout: 3 * time.Second,
+	})
+	id := ids("q", 2)
+	h.start()
+	before := h.waitHealthy(id...)
+	ev := newEventReader(t, direct)
+
+	control := direct.Keys().Control()
+	held, release := sup.HoldReply(func(args []string) bool {
+		return len(args) == 2 && strings.EqualFold(args[0], "HGETALL") && args[1] == control
+	})
+	defer release()
+	select {
+	case <-held: // a tick waits in readControl
+	case <-time.After(waitTimeout):
+		t.Fatal("no tick read the control hash")
+	}
+	workers.Stall(true)
+	defer workers.Stall(false)
+	waitKeysGone(t, direct, id)
+	release()
+	// The grace is a TTL from the tick's reply; the workers beat again
+	// before it ends.
+	ttl := h.cfg.Heartbeat.TTL
+	ev.expectNone(ttl/2, notRunning)
+	workers.Stall(false)
+	ev.expectNone(2*ttl, notRunning)
+	for i, c := range h.sync() {
+		if c.Status != health.StatusHealthy || c.PID != before[i].PID || c.Restarts.RestartCount != 0 {
+			t.Errorf("after the held tick the monitor holds %s: %s; before: %s", id[i], describe(c), describe(before[i]))
+		}
+	}
+	if !strings.Contains(h.logs.String(), "the monitor waited on redis") {
+		t.Error("the held tick was not taken for a window the monitor could not watch")
+	}
+
+	if err := syscall.Kill(before[0].PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	crashed := ev.waitEvent(id[0], func(w health.WorkerView) bool { return w.Status == string(health.StatusCrashed) })
+	if crashed.Reason != "heartbeat expired" {
+		t.Errorf("hung worker: %+v, want crashed for heartbeat expired", crashed)
+	}
+}
+
+// waitKeysGone returns once the heartbeat keys of ids have all expired.
+func waitKeysGone(t testing.TB, direct *health.Store, ids []health.ComponentID) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		probes, err := direct.ProbeMany(ctx, ids)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone := 0
+		for _, p := range probes {
+			if p.TTL <= 0 {
+				gone++
+			}
+		}
+		if gone == len(ids) {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("heartbeat keys of %v still there after %s", ids, waitTimeout)
+		}
 	}
 }

@@ -66,15 +66,21 @@ func (s *Supervisor) tick(first bool) {
 
 // clusterTick is one tick's steps, in the order they must run.
 func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
-	// 1. Renew what we hold; fence what we lost.
+	// 1. Renew what we hold; fence what we lost. The renewal is timed for
+	// the availability judgement; each later step is timed as a whole
+	// (lap): while it waits on Redis the monitor makes no other call (E26).
 	if err := s.renewAndFence(ctx); err != nil {
 		return err
 	}
+	from := s.cfg.Clock.Now()
+	lap := func() { s.waited(from); from = s.cfg.Clock.Now() }
+	defer lap() // the step that failed, or the last
 	// 2. Read pool sizes, drain flags and hosts.
 	ctl, err := s.readControl(ctx)
 	if err != nil {
 		return err
 	}
+	lap()
 	// 3. Our own record gone although no call failed: Redis lost its data.
 	// Unless it expired: not written for a lease, Redis refusing or not
 	// answering meanwhile (the tick right after an outage rewrites it, but
@@ -96,17 +102,20 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	if err := s.releaseLater(ctx); err != nil {
 		return err
 	}
+	lap()
 	// 5. Claim free slots up to our fair share.
 	p, err := s.claim(ctx, ctl, first)
 	if err != nil {
 		return err
 	}
+	lap()
 	// 6. Hand one extra slot per tick to a host below its share.
 	s.rebalance(p)
 	// 7. Our host record, then 8. the leader's lease and chores.
 	if err := s.writeHost(ctx, s.holding()); err != nil {
 		return err
 	}
+	lap()
 	return s.leaderTick(ctx, ctl)
 }
 
