@@ -127,3 +127,44 @@ func TestSetPID(t *testing.T) {
 		})
 	}
 }
+
+// A record a worker's heartbeat re-created after Redis lost its data names
+// no instance: no supervisor wrote its status, so an owner's write is not
+// checked against the status machine (fault explorer E27: an operator
+// restart whose stop and spawn were refused from that "healthy" left the
+// slot stopped for good). A write without an owner, or over a record a
+// supervisor wrote, is still checked.
+func TestOwnerWritesOverARecordTheHeartbeatRecreated(t *testing.T) {
+	steps := []struct {
+		status health.Status
+		actor  health.Actor
+	}{
+		{health.StatusStopped, health.ActorMonitor},   // the stopped process's exit: healthy → stopped is not the monitor's
+		{health.StatusStarting, health.ActorOperator}, // the restart's spawn: healthy → starting is not the operator's
+	}
+	for _, st := range steps {
+		t.Run(string(st.status), func(t *testing.T) {
+			s, _ := newStore(t)
+			hb, _ := newHeartbeater(t, s)
+			if res, err := hb.Beat(testCtx(t)); err != nil || res != health.BeatRecreated {
+				t.Fatalf("Beat = %v, %v; want BeatRecreated", res, err)
+			}
+			next := record(tag0, st.status, beatPID)
+			if _, err := s.Write(testCtx(t), next, health.Write{Actor: st.actor}); !errors.Is(err, health.ErrTransition) {
+				t.Fatalf("write without an owner: %v, want refused by the status machine", err)
+			}
+			if _, err := s.Write(testCtx(t), next, health.Write{Actor: st.actor, Owner: ownerA}); err != nil {
+				t.Fatalf("owner's write over the re-created record: %v", err)
+			}
+			h := hash(t, s, s.Keys().Component(tag0))
+			if h[health.FieldStatus] != string(st.status) || h[health.FieldInstance] != "i1" {
+				t.Errorf("stored %v", h)
+			}
+			// Now a supervisor's record: the status machine guards it again.
+			back := record(tag0, health.StatusHealthy, beatPID)
+			if _, err := s.Write(testCtx(t), back, health.Write{Actor: health.ActorOperator, Owner: ownerA}); !errors.Is(err, health.ErrTransition) {
+				t.Errorf("operator's %s → healthy over the owner's record: %v, want refused", st.status, err)
+			}
+		})
+	}
+}

@@ -65,6 +65,10 @@ end
 // {0, current state} when the status machine refuses, {-1, lease holder}
 // when the writer is not the owner. A write sets rev (bumpRev).
 //
+// An owner's write over a record that names no instance (one a worker's
+// heartbeat re-created after Redis lost its data) is not checked against
+// the status machine: no supervisor wrote that status (E27).
+//
 // A write the status machine would refuse but that finds the record
 // already as it would leave it (every field it sets equal, every field it
 // deletes absent; updated_at, in ms, makes two writes differ) is the same
@@ -80,6 +84,14 @@ local st = redis.call('HGET', KEYS[1], 'status')
 if not st then st = '' end
 local tok = st
 if st == 'stopped' and redis.call('HGET', KEYS[1], 'held') == '1' then tok = 'stopped+held' end
+-- A record without an instance was re-created by a worker's heartbeat
+-- after Redis lost its data: no supervisor wrote its status, so the status
+-- machine has nothing to guard there, and the owner's write is the rewrite
+-- lost data calls for (fault explorer E27).
+if a.from and owner ~= '' and st ~= '' then
+  local inst = redis.call('HGET', KEYS[1], 'instance')
+  if not inst or inst == '' then a.from = nil end
+end
 if a.from then
   local ok = false
   for _, f in ipairs(a.from) do if f == tok then ok = true break end end

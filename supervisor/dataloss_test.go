@@ -2,12 +2,14 @@ package supervisor_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -74,5 +76,78 @@ func TestDataLossAtHeartbeatDeadlineKillsNothing(t *testing.T) {
 	newEventReader(t, h.store).expectNone(2*h.cfg.Heartbeat.TTL, notRunning)
 	if !processAlive(before.PID) {
 		t.Errorf("worker %d is gone", before.PID)
+	}
+}
+
+// TestOperatorRestartAcrossDataLoss: fault explorer E27 (seed 91007). Redis
+// loses a worker's record as an operator restarts it: the stop's write
+// finds no record (refused), then the worker's heartbeat re-creates the
+// record as healthy, with no instance, before the process exits. The exit's
+// "stopped" and the restart's "starting" were refused from that healthy
+// record, and the slot stayed stopped for good (invariant 4). A record no
+// supervisor wrote guards nothing: the restart starts the worker again.
+func TestOperatorRestartAcrossDataLoss(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: longBackoff,
+		// Ticks, which would write the record again, are far apart, and so
+		// are heartbeat deadlines: the loss is left to the restart.
+		Lease:     time.Minute,
+		Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: 5 * time.Second},
+	})
+	id := health.ComponentID{Queue: "q"}
+	h.start()
+	before := h.waitFor(id, isStatus(health.StatusHealthy))
+
+	// The worker cannot beat (nor exit) until it is continued.
+	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	cont := func() {
+		if !continued {
+			continued = true
+			_ = syscall.Kill(before.PID, syscall.SIGCONT)
+		}
+	}
+	defer cont()
+	keys := h.store.Keys()
+	if err := h.rdb.Del(context.Background(), keys.Component(id), keys.Heartbeat(id), keys.Slot(id)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mark := h.logs.mark()
+	type result struct {
+		c   health.Component
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := h.sup.Restart(context.Background(), id)
+		done <- result{c, err}
+	}()
+	h.logs.wait(t, mark, waitTimeout, "component="+id.String(), "status change refused", "none to stopping")
+	// The worker's heartbeat re-creates the record, as its first beat after
+	// the loss does.
+	hb := &health.Heartbeater{Store: h.store, ID: id, PID: before.PID, Host: before.Host, StartedAt: before.StartedAt,
+		Interval: h.cfg.Heartbeat.Interval, TTL: h.cfg.Heartbeat.TTL, Logger: slog.New(slog.DiscardHandler), Clock: clock.Real{}}
+	if res, err := hb.Beat(context.Background()); err != nil || res != health.BeatRecreated {
+		t.Fatalf("Beat = %v, %v; want the record re-created", res, err)
+	}
+	cont()
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(h.cfg.StopTimeout + waitTimeout):
+		t.Fatal("the restart never answered")
+	}
+	if r.err != nil {
+		t.Fatalf("Restart: %v", r.err)
+	}
+	c := h.waitFor(id, func(c health.Component) bool {
+		return c.Status == health.StatusHealthy && c.PID != before.PID && c.Instance != ""
+	})
+	if c.Restarts.LifetimeRestarts != 0 || c.Held {
+		t.Errorf("after the restart: %s", describe(c))
 	}
 }
