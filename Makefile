@@ -91,10 +91,11 @@ SEEDS  ?= 100
 REDIS  ?= mixed
 J      ?= 2
 RECORD ?= 1
-explore: cgo-check ## the fault explorer: random fault schedules, invariants checked (SEEDS=100, SEED=s replays one, BUDGET=10m, REDIS=miniredis|redis-server|sentinel|cluster|mixed, PORTS=lo-hi to start Redis servers in that range only, J=2 at a time, MINIMIZE=inv with SEED, RECORD=0 not to append failing seeds)
+explore: cgo-check ## the fault explorer: random fault schedules, invariants checked (SEEDS=100, SEED=s replays one, BUDGET=10m, REDIS=miniredis|redis-server|sentinel|cluster|mixed, PORTS=lo-hi to start Redis servers in that range only, J=2 at a time, MINIMIZE=inv with SEED, RECORD=0 not to append failing seeds, START=s first new seed, RACE=0 hosts built without -race: about twice the seeds an hour)
 	@$(MAKE) redis-server-check
 	$(GO) run ./explore/cmd/explore -replay explore/testdata/seeds.txt $(if $(filter 1,$(RECORD)),-record) -redis $(REDIS) -j $(J) -seeds $(SEEDS) \
-		$(if $(SEED),-seed $(SEED)) $(if $(BUDGET),-budget $(BUDGET)) $(if $(MINIMIZE),-minimize $(MINIMIZE)) $(if $(PORTS),-ports $(PORTS))
+		$(if $(SEED),-seed $(SEED)) $(if $(BUDGET),-budget $(BUDGET)) $(if $(MINIMIZE),-minimize $(MINIMIZE)) $(if $(PORTS),-ports $(PORTS)) \
+		$(if $(START),-start $(START)) $(if $(filter 0,$(RACE)),-race=false)
 
 build: ## build bin/vigil, stamped with VERSION (git describe, else dev)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/vigil ./cmd/vigil
