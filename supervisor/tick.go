@@ -72,9 +72,10 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	if err := s.renewAndFence(ctx); err != nil {
 		return err
 	}
+	// A step that fails is an outage of Redis (the tick's caller says so),
+	// judged as one: on a Cluster, the shards that answer are judged on.
 	from := s.cfg.Clock.Now()
 	lap := func() { s.waited(from); from = s.cfg.Clock.Now() }
-	defer lap() // the step that failed, or the last
 	// 2. Read pool sizes, drain flags and hosts.
 	ctl, err := s.readControl(ctx)
 	if err != nil {
@@ -116,7 +117,11 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 		return err
 	}
 	lap()
-	return s.leaderTick(ctx, ctl)
+	if err := s.leaderTick(ctx, ctl); err != nil {
+		return err
+	}
+	lap()
+	return nil
 }
 
 // renewAndFence renews the leases of the slots this host holds, in one
