@@ -132,8 +132,8 @@ func TestSetPID(t *testing.T) {
 // no instance: no supervisor wrote its status, so an owner's write is not
 // checked against the status machine (fault explorer E27: an operator
 // restart whose stop and spawn were refused from that "healthy" left the
-// slot stopped for good). A write without an owner, or over a record a
-// supervisor wrote, is still checked.
+// slot stopped for good). A write without an owner, or over the owner's
+// own record, is still checked.
 func TestOwnerWritesOverARecordTheHeartbeatRecreated(t *testing.T) {
 	steps := []struct {
 		status health.Status
@@ -166,5 +166,33 @@ func TestOwnerWritesOverARecordTheHeartbeatRecreated(t *testing.T) {
 				t.Errorf("operator's %s → healthy over the owner's record: %v, want refused", st.status, err)
 			}
 		})
+	}
+}
+
+// A record a previous owner left (another instance's: this owner's
+// takeover write was held during an outage and never replaced it) is not
+// checked against the status machine for the lease holder's write (fault
+// explorer E28: the restart after a backoff was refused from that
+// "healthy" and the slot never ran again). Without the lease, the owner
+// check refuses it, as before.
+func TestOwnerWritesOverAPreviousOwnersRecord(t *testing.T) {
+	s, _ := newStore(t)
+	old := record(tag0, health.StatusHealthy, 100)
+	old.Host, old.Instance = "box-2", "i0"
+	seed(t, s, old)
+	next := record(tag0, health.StatusStarting, 0) // box-1/i1: ownerA
+	if _, err := s.Write(testCtx(t), next, health.Write{Actor: health.ActorMonitor, Owner: ownerA}); !errors.Is(err, health.ErrNotOwner) {
+		t.Fatalf("write with no lease over another instance's record: %v, want refused by the owner check", err)
+	}
+	setLease(t, s, ownerA)
+	if _, err := s.Write(testCtx(t), next, health.Write{Actor: health.ActorMonitor}); !errors.Is(err, health.ErrTransition) {
+		t.Fatalf("write without an owner: %v, want refused by the status machine", err)
+	}
+	if _, err := s.Write(testCtx(t), next, health.Write{Actor: health.ActorMonitor, Owner: ownerA}); err != nil {
+		t.Fatalf("the lease holder's write over a previous owner's record: %v", err)
+	}
+	h := hash(t, s, s.Keys().Component(tag0))
+	if h[health.FieldStatus] != "starting" || h[health.FieldHost] != "box-1" || h[health.FieldInstance] != "i1" {
+		t.Errorf("stored %v", h)
 	}
 }

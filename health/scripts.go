@@ -65,9 +65,12 @@ end
 // {0, current state} when the status machine refuses, {-1, lease holder}
 // when the writer is not the owner. A write sets rev (bumpRev).
 //
-// An owner's write over a record that names no instance (one a worker's
-// heartbeat re-created after Redis lost its data) is not checked against
-// the status machine: no supervisor wrote that status (E27).
+// An owner's write over a record the owner did not write is not checked
+// against the status machine, which guards a writer's own history: a
+// record of another instance (a previous owner's, which this owner's
+// takeover write, held during an outage, never replaced: E28) or of none
+// (re-created by a worker's heartbeat after Redis lost its data: E27). The
+// owner check comes first: the lease says whose the slot is.
 //
 // A write the status machine would refuse but that finds the record
 // already as it would leave it (every field it sets equal, every field it
@@ -84,13 +87,14 @@ local st = redis.call('HGET', KEYS[1], 'status')
 if not st then st = '' end
 local tok = st
 if st == 'stopped' and redis.call('HGET', KEYS[1], 'held') == '1' then tok = 'stopped+held' end
--- A record without an instance was re-created by a worker's heartbeat
--- after Redis lost its data: no supervisor wrote its status, so the status
--- machine has nothing to guard there, and the owner's write is the rewrite
--- lost data calls for (fault explorer E27).
+-- The status machine guards a record against its own writer's history.
+-- A record the owner did not write (another instance's, left by a previous
+-- owner; or one without an instance, re-created by a worker's heartbeat
+-- after Redis lost its data) has no history of the owner's to guard: the
+-- owner's write goes through (fault explorer E27, E28).
 if a.from and owner ~= '' and st ~= '' then
-  local inst = redis.call('HGET', KEYS[1], 'instance')
-  if not inst or inst == '' then a.from = nil end
+  local f = redis.call('HMGET', KEYS[1], 'host', 'instance')
+  if (f[1] or '') .. '/' .. (f[2] or '') ~= owner then a.from = nil end
 end
 if a.from then
   local ok = false

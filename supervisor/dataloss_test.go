@@ -10,6 +10,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/policy"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -149,5 +150,41 @@ func TestOperatorRestartAcrossDataLoss(t *testing.T) {
 	})
 	if c.Restarts.LifetimeRestarts != 0 || c.Held {
 		t.Errorf("after the restart: %s", describe(c))
+	}
+}
+
+// TestBackoffRestartOverAPreviousOwnersRecord: fault explorer E28 (seed
+// 10066, six seeds at a time). A host took a slot over from a lost host
+// while Redis was away: its takeover write was held in memory, and the
+// rewrite after the outage left alone the record, which named the
+// previous owner's instance. Its worker then exited (stale) and the
+// restart after the backoff, the lease this host's again, was refused by
+// the status machine (healthy → starting): the slot never ran again and
+// its jobs waited for good (invariants 4 and 7). The lease says whose the
+// slot is; the previous owner's record is written over.
+func TestBackoffRestartOverAPreviousOwnersRecord(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: policy.Config{BackoffBase: time.Second, BackoffMax: time.Second},
+	})
+	id := health.ComponentID{Queue: "q"}
+	h.start()
+	before := h.waitFor(id, isStatus(health.StatusHealthy))
+	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	crashed := h.waitFor(id, isStatus(health.StatusCrashed))
+	// Within the backoff: the record becomes the previous owner's.
+	old := crashed
+	old.Status, old.Host, old.Instance, old.PID = health.StatusHealthy, "lost-host", "0000dead", before.PID
+	if _, err := h.store.Write(context.Background(), old, health.Write{NoCheck: true, NoEvent: true}); err != nil {
+		t.Fatal(err)
+	}
+	c := h.waitFor(id, func(c health.Component) bool {
+		return c.Status == health.StatusHealthy && c.PID != before.PID && c.Instance == before.Instance
+	})
+	if c.Restarts.LifetimeRestarts != 1 {
+		t.Errorf("after the restart: %s, want the one crash counted", describe(c))
 	}
 }
