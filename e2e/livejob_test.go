@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/queue"
@@ -40,12 +39,14 @@ func TestDashboardCurrentJobAfterCatchUp(t *testing.T) {
 		t.Helper()
 		data, _ := json.Marshal(queue.JobEvent{Queue: w.ID.Queue, ID: task, State: queue.StateProcessing, Component: w.ID.String(), PID: w.PID,
 			WorkerJob: task, WorkerSeq: seq})
-		for _, topic := range []string{queue.JobTopic(w.ID.Queue, task), queue.TopicJobs} {
-			env, _ := json.Marshal(map[string]any{"topic": topic, "type": health.EventJob, "timestamp": time.Now().UnixMilli(), "data": json.RawMessage(data)})
-			if err := rdb.XAdd(bg, &redis.XAddArgs{Stream: f.store.Keys().Events(),
-				Values: []string{"topic", topic, "type", health.EventJob, "data", string(env)}}).Err(); err != nil {
-				t.Fatal(err)
-			}
+		// One entry under the job's topic, also queue:jobs's, as a worker
+		// writes it (health.EntryAlso).
+		topic := queue.JobTopic(w.ID.Queue, task)
+		env, _ := json.Marshal(map[string]any{"topic": topic, "type": health.EventJob, "timestamp": time.Now().UnixMilli(), "data": json.RawMessage(data)})
+		pipe := rdb.Pipeline()
+		f.store.AddEncodedEventTo(bg, pipe, topic, queue.TopicJobs, health.EventJob, string(env))
+		if _, err := pipe.Exec(bg); err != nil {
+			t.Fatal(err)
 		}
 	}
 	p.poll("the worker's row", row+` !== null && `+cell+` === ''`)
