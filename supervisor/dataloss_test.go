@@ -188,3 +188,47 @@ func TestBackoffRestartOverAPreviousOwnersRecord(t *testing.T) {
 		t.Errorf("after the restart: %s, want the one crash counted", describe(c))
 	}
 }
+
+// TestDataLossDuringAStallLongerThanTheLease: fault explorer E29 (seed
+// 92438). Redis stalls for longer than the lease (no call fails) and loses
+// its data meanwhile. At the tick after it this host's record is gone;
+// not written for a lease, it could have expired, and the tick took it
+// for that: it wrote the host record again and nothing else. The record
+// of a worker an operator had stopped was gone for good, its hold with it
+// (invariant 4). A host record gone after a lease without a write is
+// lost data as far as the records go: every record gone is written again.
+func TestDataLossDuringAStallLongerThanTheLease(t *testing.T) {
+	t.Parallel()
+	h, p, direct := proxiedHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy:    longBackoff,
+		Lease:     time.Second,
+		OpTimeout: 3 * time.Second, // the stall fails no call
+	})
+	stopped, running := health.ComponentID{Queue: "q", Slot: 0}, health.ComponentID{Queue: "q", Slot: 1}
+	h.start()
+	h.waitHealthy(stopped, running)
+	ctx := context.Background()
+	if _, err := h.sup.StopComponent(ctx, stopped); err != nil {
+		t.Fatalf("StopComponent: %v", err)
+	}
+	waitFor(t, direct, stopped, func(c health.Component) bool { return c.Status == health.StatusStopped && c.Held })
+
+	p.Stall(true)
+	keys := direct.Keys()
+	var lost []string
+	for _, k := range []string{keys.Host(h.cfg.Host), keys.Component(stopped), keys.Component(running)} {
+		lost = append(lost, k)
+	}
+	if err := direct.Client().Del(ctx, lost...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-time.After(h.cfg.Lease + h.cfg.Lease/2) // the stall's length is the test's input
+	p.Stall(false)
+
+	c := waitFor(t, direct, stopped, func(c health.Component) bool { return c.Status != health.StatusNone })
+	if c.Status != health.StatusStopped || !c.Held || c.Instance == "" {
+		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
+	}
+	waitFor(t, direct, running, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.Instance != "" })
+}

@@ -83,16 +83,23 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	}
 	lap()
 	// 3. Our own record gone although no call failed: Redis lost its data.
-	// Unless it expired: not written for a lease, Redis refusing or not
+	// Or it expired: not written for a lease, Redis refusing or not
 	// answering meanwhile (the tick right after an outage rewrites it, but
 	// an outage that began a tick after the last write and lasted two
-	// thirds of a lease outlives it).
-	if !first && !listed(ctl.hosts, s.cfg.Host) && time.Since(s.cluster.hostWritten) >= s.cfg.Lease {
-		s.log.Info("this host's record expired while Redis did not take it; writing it again")
-	} else if !first && !listed(ctl.hosts, s.cfg.Host) {
-		s.log.Warn("this host's record is gone from Redis: it lost its data; writing the state again")
+	// thirds of a lease outlives it). An expiry cannot be told from a loss
+	// during that time (E29: a stall longer than the lease, and the data
+	// lost in it), so both are handled as a loss: the records gone are
+	// written again (the ones still there are left as they are).
+	if !first && !listed(ctl.hosts, s.cfg.Host) {
+		why := "state written again after Redis lost its data"
+		if time.Since(s.cluster.hostWritten) >= s.cfg.Lease {
+			s.log.Info("this host's record expired while Redis did not take it, or Redis lost it; writing the state again")
+			why = "state written again after this host's record expired or was lost"
+		} else {
+			s.log.Warn("this host's record is gone from Redis: it lost its data; writing the state again")
+		}
 		s.cluster.scanNext = true // the free set went with the rest
-		s.dataLost("state written again after Redis lost its data")
+		s.dataLost(why)
 		if s.redis.down() {
 			return nil
 		}
