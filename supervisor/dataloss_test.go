@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,17 +43,7 @@ func TestDataLossAtHeartbeatDeadlineKillsNothing(t *testing.T) {
 		<-time.After(20 * time.Millisecond) // polling the monitor's view
 	}
 
-	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(before.PID, syscall.SIGCONT)
-		}
-	}
-	defer resume()
+	resume := pause(t, before.PID)
 	mark := h.logs.mark()
 	keys := h.store.Keys()
 	if err := h.rdb.Del(context.Background(), keys.Component(id), keys.Heartbeat(id)).Err(); err != nil {
@@ -102,17 +93,7 @@ func TestOperatorRestartAcrossDataLoss(t *testing.T) {
 	before := h.waitFor(id, isStatus(health.StatusHealthy))
 
 	// The worker cannot beat (nor exit) until it is continued.
-	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	continued := false
-	cont := func() {
-		if !continued {
-			continued = true
-			_ = syscall.Kill(before.PID, syscall.SIGCONT)
-		}
-	}
-	defer cont()
+	cont := pause(t, before.PID)
 	keys := h.store.Keys()
 	if err := h.rdb.Del(context.Background(), keys.Component(id), keys.Heartbeat(id), keys.Slot(id)).Err(); err != nil {
 		t.Fatal(err)
@@ -231,4 +212,17 @@ func TestDataLossDuringAStallLongerThanTheLease(t *testing.T) {
 		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
 	}
 	waitFor(t, direct, running, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.Instance != "" })
+}
+
+// pause stops process pid (SIGSTOP) until the returned func, or the end
+// of the test, continues it.
+func pause(t *testing.T, pid int) (cont func()) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	cont = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(cont)
+	return cont
 }
