@@ -196,3 +196,39 @@ func TestOwnerWritesOverAPreviousOwnersRecord(t *testing.T) {
 		t.Errorf("stored %v", h)
 	}
 }
+
+// Stopped and held, or failed: only an operator's action ends those,
+// whoever wrote them. The lease holder's own (monitor's) write over
+// another instance's hold or failure is refused by the status machine,
+// as over its own; the operator's restart goes through. A host that took
+// a lapsed lease again has a view older than a hold the slot's holder
+// wrote meanwhile (the E28 fix let its restart after a backoff start the
+// worker out of that hold).
+func TestOwnerDoesNotWriteOverAnotherInstancesHoldOrFailure(t *testing.T) {
+	for _, tc := range []struct {
+		status health.Status
+		held   bool
+	}{{health.StatusStopped, true}, {health.StatusFailed, false}} {
+		t.Run(string(tc.status), func(t *testing.T) {
+			s, _ := newStore(t)
+			other := record(tag0, tc.status, 100)
+			other.Host, other.Instance, other.Held = "box-2", "i0", tc.held
+			seed(t, s, other)
+			setLease(t, s, ownerA)
+			for _, st := range []health.Status{health.StatusStarting, health.StatusCrashed} {
+				next := record(tag0, st, 0) // box-1/i1: ownerA
+				if _, err := s.Write(testCtx(t), next, health.Write{Actor: health.ActorMonitor, Owner: ownerA}); !errors.Is(err, health.ErrTransition) {
+					t.Errorf("monitor's %s over another instance's %s (held %v): %v, want refused by the status machine", st, tc.status, tc.held, err)
+				}
+			}
+			h := hash(t, s, s.Keys().Component(tag0))
+			if h[health.FieldStatus] != string(tc.status) || h[health.FieldInstance] != "i0" {
+				t.Errorf("stored %v", h)
+			}
+			next := record(tag0, health.StatusStarting, 0)
+			if _, err := s.Write(testCtx(t), next, health.Write{Actor: health.ActorOperator, Owner: ownerA}); err != nil {
+				t.Errorf("operator's restart over another instance's %s: %v", tc.status, err)
+			}
+		})
+	}
+}

@@ -70,7 +70,10 @@ end
 // record of another instance (a previous owner's, which this owner's
 // takeover write, held during an outage, never replaced: E28) or of none
 // (re-created by a worker's heartbeat after Redis lost its data: E27). The
-// owner check comes first: the lease says whose the slot is.
+// owner check comes first: the lease says whose the slot is. A record
+// stopped and held, or failed, is checked whoever wrote it: only an
+// operator's action ends those, and a host that took a lapsed lease again
+// has a view older than a hold the slot's holder meanwhile wrote.
 //
 // A write the status machine would refuse but that finds the record
 // already as it would leave it (every field it sets equal, every field it
@@ -91,8 +94,11 @@ if st == 'stopped' and redis.call('HGET', KEYS[1], 'held') == '1' then tok = 'st
 -- A record the owner did not write (another instance's, left by a previous
 -- owner; or one without an instance, re-created by a worker's heartbeat
 -- after Redis lost its data) has no history of the owner's to guard: the
--- owner's write goes through (fault explorer E27, E28).
-if a.from and owner ~= '' and st ~= '' then
+-- owner's write goes through (fault explorer E27, E28). Not over a hold
+-- or a failure: only an operator's action ends those, whoever wrote them
+-- (a host whose lease lapsed and was taken again has a view older than a
+-- hold written meanwhile by the host that held the slot).
+if a.from and owner ~= '' and st ~= '' and tok ~= 'stopped+held' and st ~= 'failed' then
   local f = redis.call('HMGET', KEYS[1], 'host', 'instance')
   if (f[1] or '') .. '/' .. (f[2] or '') ~= owner then a.from = nil end
 end

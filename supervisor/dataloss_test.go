@@ -170,6 +170,66 @@ func TestBackoffRestartOverAPreviousOwnersRecord(t *testing.T) {
 	}
 }
 
+// TestBackoffRestartOverAnotherHostsHold: the other side of E28. This
+// host's lease lapsed (Redis away from it, or slow) while its worker was
+// in its backoff; another host took the slot, an operator stopped it there
+// (an action goes to the lease holder) and held it; that host then gave
+// the slot up or was lost, and this host's renewal took the lapsed lease
+// again ("taken again"). Its view is older than the hold: the restart
+// after the backoff must not start the worker out of it (the E28 fix let
+// the lease holder write over any record of another instance, the hold
+// included). Stopped and held, or failed, only an operator's action moves
+// a record, whoever wrote it.
+func TestBackoffRestartOverAnotherHostsHold(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: policy.Config{BackoffBase: time.Second, BackoffMax: time.Second},
+	})
+	id := health.ComponentID{Queue: "q"}
+	h.start()
+	before := h.waitFor(id, isStatus(health.StatusHealthy))
+	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	crashed := h.waitFor(id, isStatus(health.StatusCrashed))
+	// Within the backoff: the record becomes the other host's, stopped
+	// and held by an operator there.
+	held := crashed
+	held.Status, held.Held, held.Reason = health.StatusStopped, true, "operator stop"
+	held.Host, held.Instance, held.PID = "other-host", "0000beef", before.PID+1
+	mark := h.logs.mark()
+	if _, err := h.store.Write(context.Background(), held, health.Write{NoCheck: true, NoEvent: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The restart after the backoff: refused, or (the defect) started.
+	for from := mark; ; {
+		i := h.logs.wait(t, from, h.cfg.Policy.BackoffMax+waitTimeout, "component="+id.String())
+		line := h.logs.line(i)
+		if strings.Contains(line, "worker started") {
+			t.Fatalf("the restart after the backoff started the worker out of another host's hold: %s", strings.TrimSpace(line))
+		}
+		if strings.Contains(line, "stopped+held") {
+			break
+		}
+		from = i + 1
+	}
+	c := h.get(id)
+	if c.Status != health.StatusStopped || !c.Held || c.Instance != held.Instance {
+		t.Errorf("after the restart: %s, want the other host's hold", describe(c))
+	}
+	if v := h.sync()[0]; v.Status != health.StatusStopped || !v.Held {
+		t.Errorf("the monitor's view: %s, want the hold taken", describe(v))
+	}
+	// The operator's restart, here, starts it.
+	if _, err := h.sup.Restart(context.Background(), id); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	h.waitFor(id, func(c health.Component) bool {
+		return c.Status == health.StatusHealthy && c.Instance == before.Instance && !c.Held
+	})
+}
+
 // TestDataLossDuringAStallLongerThanTheLease: fault explorer E29 (seed
 // 92438). Redis stalls for longer than the lease (no call fails) and loses
 // its data meanwhile. At the tick after it this host's record is gone;

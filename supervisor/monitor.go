@@ -168,7 +168,9 @@ func (s *Supervisor) onTimer(m timerMsg) {
 			return
 		}
 		s.cfg.Metrics.Restart(w.id.Queue, "backoff")
-		_ = s.spawn(t, health.ActorMonitor, false)
+		if err := s.spawn(t, health.ActorMonitor, false); err != nil {
+			s.keepOperatorState(t, err)
+		}
 	case timerKill:
 		if _, ok := s.begin(w, evStopTimeout); ok {
 			s.stopTimeout(w)

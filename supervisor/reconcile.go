@@ -178,6 +178,9 @@ func (s *Supervisor) spawnOver(t step, pid int) {
 	w := t.w
 	err := s.spawn(t, health.ActorMonitor, false)
 	var te *health.TransitionError
+	if s.keepOperatorState(t, err) {
+		return
+	}
 	if errors.As(err, &te) {
 		s.logw(w).Warn("the slot's record names a process that is gone: writing over it", "status", te.From, "pid", pid)
 		w.rec.Status, w.rec.Reason = health.StatusCrashed, "the record of a process that is gone"
@@ -188,4 +191,23 @@ func (s *Supervisor) spawnOver(t step, pid int) {
 	if err != nil && w.state == stWaitingOld {
 		t.to(stIdle) // never waiting for nothing: a Stop waits for no idle worker
 	}
+}
+
+// keepOperatorState answers a monitor's start refused by a record stopped
+// and held, or failed: states only an operator's action ends. The record
+// is another host's, written while this host's lease had lapsed (it took
+// it again since, its view older than the record's): the worker takes the
+// record's state and stays idle until an operator restarts or resets it.
+// It reports whether err was such a refusal.
+func (s *Supervisor) keepOperatorState(t step, err error) bool {
+	var te *health.TransitionError
+	if !errors.As(err, &te) || !te.Held && te.From != health.StatusFailed {
+		return false
+	}
+	w := t.w
+	s.logw(w).Warn("not started: the slot's record is held stopped or failed (written while this host's lease had lapsed)",
+		"status", te.From, "held", te.Held)
+	w.rec.Status, w.rec.Held = te.From, te.Held
+	t.to(stIdle)
+	return true
 }
