@@ -47,6 +47,7 @@ type clusterState struct {
 	refused      map[string]string  // queue → pool size in Redis refused (logged once)
 	left         bool               // shut down: leases released, no more ticks
 	hostWritten  time.Time          // real time of the last write of this host's record (it expires a lease later)
+	leaseLost    bool               // this tick's renewal found a lease gone before it could expire: Redis lost it
 }
 
 // joinCluster registers this host (DESIGN.md §11): a live record with this

@@ -286,3 +286,43 @@ func pause(t *testing.T, pid int) (cont func()) {
 	t.Cleanup(cont)
 	return cont
 }
+
+// TestDataLossThatLeavesTheHostRecord: fault explorer E30 (seed 93624).
+// Redis lost its data between a tick's read of the hosts and its write of
+// its own record: that write re-created the record, so the next tick found
+// it there and took nothing for lost but the slots' leases, which it took
+// again. The record of a worker an operator had stopped, with its hold,
+// was gone for good (invariant 4). A lease gone before it could have
+// expired is lost data: every record gone is written again.
+func TestDataLossThatLeavesTheHostRecord(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy: longBackoff,
+		Lease:  3 * time.Second, // a tick a second: the leases are gone well before they could expire
+	})
+	stopped, running := health.ComponentID{Queue: "q", Slot: 0}, health.ComponentID{Queue: "q", Slot: 1}
+	h.start()
+	h.waitHealthy(stopped, running)
+	ctx := context.Background()
+	if _, err := h.sup.StopComponent(ctx, stopped); err != nil {
+		t.Fatalf("StopComponent: %v", err)
+	}
+	h.waitFor(stopped, func(c health.Component) bool { return c.Status == health.StatusStopped && c.Held })
+
+	// What a FLUSHALL leaves once this host's tick has written its own
+	// record again: nothing else of the slots.
+	keys := h.store.Keys()
+	var lost []string
+	for _, id := range []health.ComponentID{stopped, running} {
+		lost = append(lost, keys.Component(id), keys.Slot(id), keys.Heartbeat(id), keys.Restarts(id), keys.Crashes(id))
+	}
+	if err := h.rdb.Del(ctx, lost...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := h.waitFor(stopped, func(c health.Component) bool { return c.Status != health.StatusNone })
+	if c.Status != health.StatusStopped || !c.Held || c.Instance == "" {
+		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
+	}
+	h.waitFor(running, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.Instance != "" })
+}

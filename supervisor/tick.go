@@ -90,9 +90,19 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	// during that time (E29: a stall longer than the lease, and the data
 	// lost in it), so both are handled as a loss: the records gone are
 	// written again (the ones still there are left as they are).
-	if !first && !listed(ctl.hosts, s.cfg.Host) {
+	//
+	// A lease this host held that was gone before it could expire says the
+	// same (E30: a FLUSHALL between a tick's read of the hosts and its
+	// write of its own record, which that write re-created, hid the loss
+	// from the next tick; the record of a worker an operator had stopped
+	// was gone for good).
+	lostLease := s.cluster.leaseLost
+	s.cluster.leaseLost = false
+	if !first && (lostLease || !listed(ctl.hosts, s.cfg.Host)) {
 		why := "state written again after Redis lost its data"
-		if time.Since(s.cluster.hostWritten) >= s.cfg.Lease {
+		if lostLease {
+			s.log.Warn("a slot lease was gone before it could expire: Redis lost its data; writing the state again")
+		} else if time.Since(s.cluster.hostWritten) >= s.cfg.Lease {
 			s.log.Info("this host's record expired while Redis did not take it, or Redis lost it; writing the state again")
 			why = "state written again after this host's record expired or was lost"
 		} else {
@@ -167,6 +177,11 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 			// was nobody's for a while and may have been another host's,
 			// whose takeover may have stopped our process (see holdBroken).
 			s.logw(w).Warn("slot lease was gone: taken again", "last_held", sent.Sub(w.heldAt).Round(time.Millisecond))
+			// Renewed at heldAt, it would expire a lease after that at the
+			// earliest: gone sooner, Redis lost it (and whatever else).
+			if !w.heldAt.IsZero() && time.Since(w.heldAt) < s.cfg.Lease {
+				s.cluster.leaseLost = true
+			}
 			w.heldAt, w.heldSince = sent, sent
 		default:
 			w.heldAt = sent
