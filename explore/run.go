@@ -129,7 +129,9 @@ func RunSeed(seed uint64, opts Options, sh *Shared) Result {
 		phase("jobs")
 		close(stopSampler)
 		<-samplerDone
+		endLag := w.meterLag() // the stops are timed (invariant 6): so is the machine meanwhile
 		w.stopAll()
+		endLag()
 		w.checkRaces()
 		phase("stop")
 		w.b.logf("seed over: %d jobs (%d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice)",
