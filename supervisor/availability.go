@@ -26,9 +26,9 @@ import "time"
 // (TTL − interval)/3 and slow ≤ pulse, the call overlapping such a stall
 // lasts more than 2·pulse and is seen, and a call during such an outage
 // fails. That holds only while the monitor is free to make the pulse: a
-// step of the tick that waits on Redis in calls not timed one by one
-// keeps it from doing so, and a step longer than slow counts as a stall
-// of every shard (unseen, fault explorer E26).
+// call of a step of the tick keeps it from doing so while it waits, and
+// one longer than slow counts as a stall of every shard (unseen, fault
+// explorer E26; the calls are timed one by one, stepCalls).
 //
 // Shards. A single Redis (plain or behind Sentinel) is one shard,
 // wholeRedis, judged as one thing: the same value as the whole Redis
@@ -175,8 +175,9 @@ func (a *availability) answered(start, end time.Time, shs ...shard) bool {
 }
 
 // unseen records that the monitor waited on Redis from start to end in a
-// step of several calls not timed one by one (the tick's reads and writes
-// after its renewal). Meanwhile it made no other call, the pulse included:
+// call of a step of the tick (its reads and writes after its renewal,
+// timed one by one: stepCalls). Meanwhile it made no other call, the pulse
+// included:
 // a stall of any shard in that window would have gone unseen, and a
 // worker's key may have expired for it (fault explorer E26: two Redis
 // pauses back to back, the tick held by the second, the heartbeat read

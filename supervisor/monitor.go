@@ -247,15 +247,23 @@ func (s *Supervisor) answered(start time.Time, shs ...shard) {
 	s.answeredAt(start, s.cfg.Clock.Now(), shs...)
 }
 
-// waited tells the availability judgement that the monitor waited on
-// Redis from start until now in calls not timed one by one (a step of the
-// tick): longer than slow, no heartbeat is judged until every shard has
-// answered for a whole TTL again (availability.unseen, E26).
-func (s *Supervisor) waited(start time.Time) {
-	end := s.cfg.Clock.Now()
-	if s.redis.unseen(start, end) {
-		s.log.Warn("the monitor waited on redis: no heartbeat judged until it has answered for a whole TTL",
-			"took", end.Sub(start).Round(time.Millisecond), "grace", s.cfg.Heartbeat.TTL)
+// stepCalls returns a timer of the calls of a tick's steps (see
+// stepCalls): waited reports its slow calls.
+func (s *Supervisor) stepCalls() *stepCalls {
+	return &stepCalls{now: s.cfg.Clock.Now, slow: s.redis.slow}
+}
+
+// waited tells the availability judgement of the calls c timed that took
+// longer than slow: windows in which the monitor, waiting on one call in
+// a step of the tick, could make no other, the pulse included. Each counts
+// as a stall of every shard: no heartbeat is judged until every shard has
+// answered for a whole TTL after it (availability.unseen, E26).
+func (s *Supervisor) waited(c *stepCalls) {
+	for _, w := range c.take() {
+		if s.redis.unseen(w.start, w.end) {
+			s.log.Warn("the monitor waited on redis: no heartbeat judged until it has answered for a whole TTL",
+				"took", w.end.Sub(w.start).Round(time.Millisecond), "grace", s.cfg.Heartbeat.TTL)
+		}
 	}
 }
 

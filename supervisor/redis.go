@@ -176,9 +176,9 @@ func (s *Supervisor) dataLost(why string) {
 	if s.redis.down() {
 		return // the rewrite after the outage does it
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*s.cfg.OpTimeout)
+	calls := s.stepCalls()
+	ctx, cancel := context.WithTimeout(calls.with(context.Background()), 5*s.cfg.OpTimeout)
 	defer cancel()
-	start := s.cfg.Clock.Now()
 	if err := s.applyPoolSizes(ctx); err != nil {
 		s.redisFailed(err)
 		return
@@ -187,7 +187,7 @@ func (s *Supervisor) dataLost(why string) {
 		s.redisFailed(err)
 		return
 	}
-	s.waited(start)
+	s.waited(calls)
 	s.rewriteState(why, false)
 }
 

@@ -209,3 +209,37 @@ func waitKeysGone(t testing.TB, direct *health.Store, ids []health.ComponentID) 
 		}
 	}
 }
+
+// TestSlowTickStepStillJudgesHangs: a tick step that takes longer than
+// slow only because it makes many calls, or runs the leader's statistics
+// source (which reads every record: it grows with the cluster), while
+// Redis answers each call at once, is not a stall. With every tick's
+// leader step longer than slow, counting each as a stall of every shard
+// (the E26 fix, 685defb) moved the grace a TTL past every tick: with the
+// ticks closer than a TTL (the defaults: 5 s against 30 s), no heartbeat
+// was ever judged and a hung worker ran for good.
+func TestSlowTickStepStillJudgesHangs(t *testing.T) {
+	t.Parallel()
+	const statsTake = 700 * time.Millisecond // > slow: min((TTL − interval)/3, OpTimeout/2) = 500 ms
+	h := newHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "hang"}}},
+		Policy:    longBackoff,
+		Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: 2 * time.Second},
+		Lease:     3 * time.Second, // a tick a second: closer than a TTL
+		Stats: func(ctx context.Context, _ []string) (map[string]any, error) {
+			select { // the statistics source's time is the test's input
+			case <-time.After(statsTake):
+			case <-ctx.Done():
+			}
+			return nil, nil
+		},
+	})
+	id := health.ComponentID{Queue: "q"}
+	ev := newEventReader(t, h.store)
+	h.start()
+	h.waitFor(id, isStatus(health.StatusHealthy))
+	crashed := ev.waitForWithin(h.store, id, isStatus(health.StatusCrashed), 3*h.cfg.Heartbeat.TTL+waitTimeout/3)
+	if crashed.Reason != "heartbeat expired" {
+		t.Errorf("hung worker: %s, want crashed for heartbeat expired", describe(crashed))
+	}
+}

@@ -67,15 +67,17 @@ func (s *Supervisor) tick(first bool) {
 // clusterTick is one tick's steps, in the order they must run.
 func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	// 1. Renew what we hold; fence what we lost. The renewal is timed for
-	// the availability judgement; each later step is timed as a whole
-	// (lap): while it waits on Redis the monitor makes no other call (E26).
+	// the availability judgement; so is each call of the later steps (lap):
+	// while one waits on Redis the monitor makes no other call (E26).
 	if err := s.renewAndFence(ctx); err != nil {
 		return err
 	}
-	// A step that fails is an outage of Redis (the tick's caller says so),
-	// judged as one: on a Cluster, the shards that answer are judged on.
-	from := s.cfg.Clock.Now()
-	lap := func() { s.waited(from); from = s.cfg.Clock.Now() }
+	// Each call of a later step is timed (stepCalls); a step that fails is
+	// an outage of Redis (the tick's caller says so), judged as one: on a
+	// Cluster, the shards that answer are judged on.
+	calls := s.stepCalls()
+	ctx = calls.with(ctx)
+	lap := func() { s.waited(calls) }
 	// 2. Read pool sizes, drain flags and hosts.
 	ctl, err := s.readControl(ctx)
 	if err != nil {
