@@ -80,7 +80,7 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 	if err := s.writeHost(ctx, 0); err != nil {
 		return err
 	}
-	return s.applyPoolSizes(ctx)
+	return s.applyPoolSizes(ctx, false)
 }
 
 // listed reports whether host id is among hosts and alive.
@@ -113,15 +113,19 @@ func (s *Supervisor) poolsSignature() string {
 
 // applyPoolSizes writes this host's configured pool sizes to the cluster if
 // they differ from those the last configuration applied (DESIGN.md §10);
-// sizes set through the API since then hold otherwise.
-func (s *Supervisor) applyPoolSizes(ctx context.Context) error {
+// sizes set through the API since then hold otherwise. With ifLost, only
+// if no configuration is applied (Redis lost it): the writes after a loss
+// put back what is gone, not this host's configuration over a newer one
+// another host applied since (a rolling change), nor over the sizes set
+// through the API since that.
+func (s *Supervisor) applyPoolSizes(ctx context.Context, ifLost bool) error {
 	sig := s.poolsSignature()
 	k := s.store.Keys().Control()
 	cur, err := s.store.Client().HGet(ctx, k, fieldPoolsConfig).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("read pool sizes: %w", err)
 	}
-	if cur == sig {
+	if cur == sig || ifLost && cur != "" {
 		return nil
 	}
 	vals := []any{fieldPoolsConfig, sig}

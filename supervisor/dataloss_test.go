@@ -274,6 +274,43 @@ func TestDataLossDuringAStallLongerThanTheLease(t *testing.T) {
 	waitFor(t, direct, running, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.Instance != "" })
 }
 
+// TestHostRecordGoneKeepsTheAppliedPoolSizes: this host's record gone at
+// a tick (an expiry after a stall or an outage of two thirds of a lease,
+// or a loss of its shard alone) is handled as lost data (E29), and that
+// path applied this host's configured pool sizes whenever they differed
+// from the configuration last applied: after any such outage a host with
+// an older configuration (a rolling change) put its sizes back over the
+// newer one, and over the sizes set through the API since. They are
+// applied only if lost.
+func TestHostRecordGoneKeepsTheAppliedPoolSizes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: longBackoff,
+		Lease:  time.Second,
+	})
+	h.start()
+	h.waitFor(health.ComponentID{Queue: "q"}, isStatus(health.StatusHealthy))
+	ctx := context.Background()
+	keys := h.store.Keys()
+	// Another host, started since with a newer configuration, applied it.
+	if err := h.rdb.HSet(ctx, keys.Control(), "pools_config", "q=2", "pool:q", 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mark := h.logs.mark()
+	if err := h.rdb.Del(ctx, keys.Host(h.cfg.Host)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.logs.wait(t, mark, waitTimeout, "state written again")
+	got, err := h.rdb.HMGet(ctx, keys.Control(), "pools_config", "pool:q").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != "q=2" || got[1] != "2" {
+		t.Errorf("pool sizes after this host's record was gone: %v, want the newer configuration's (q=2, 2)", got)
+	}
+}
+
 // pause stops process pid (SIGSTOP) until the returned func, or the end
 // of the test, continues it.
 func pause(t *testing.T, pid int) (cont func()) {

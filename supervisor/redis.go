@@ -169,9 +169,10 @@ func (s *Supervisor) onRedisUp() {
 
 // dataLost answers Redis having lost its data with no failed call seen
 // (noticed by this host's record gone at a tick, or a worker's key and
-// record gone at its heartbeat deadline): the configured pool sizes, the
-// host record and every record are written again, every worker gets a TTL
-// of grace. Nothing is killed for it.
+// record gone at its heartbeat deadline): the configured pool sizes (if
+// lost: see applyPoolSizes), the host record and every record gone are
+// written again, every worker gets a TTL of grace. Nothing is killed for
+// it.
 func (s *Supervisor) dataLost(why string) {
 	if s.redis.down() {
 		return // the rewrite after the outage does it
@@ -179,7 +180,7 @@ func (s *Supervisor) dataLost(why string) {
 	calls := s.stepCalls()
 	ctx, cancel := context.WithTimeout(calls.with(context.Background()), 5*s.cfg.OpTimeout)
 	defer cancel()
-	if err := s.applyPoolSizes(ctx); err != nil {
+	if err := s.applyPoolSizes(ctx, true); err != nil {
 		s.redisFailed(err)
 		return
 	}
