@@ -76,7 +76,7 @@ func proxied(t testing.TB, cfg supervisor.Config, opts func(*redis.Options), spl
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt.Addr = sup.Addr()
+	opt.Addr, opt.ContextTimeoutEnabled = sup.Addr(), true // as redisconn's clients (E31)
 	if opts != nil {
 		opts(opt)
 	}

@@ -2,12 +2,15 @@ package supervisor_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -58,4 +61,80 @@ func TestStopDuringATickOnADeadShard(t *testing.T) {
 		t.Fatalf("Stop during a tick on a dead node: %v after %s (limit %s)\n%s", err, took.Round(time.Millisecond), limit, h.logs.String())
 	}
 	t.Logf("Stop returned after %s", took.Round(time.Millisecond))
+}
+
+// TestStopWhileAShutdownTickWaits: fault explorer E31 (redis-server seed
+// 93811, six seeds at a time). A host stopping gracefully renews, at its
+// shutdown's ticks, the leases of the workers still stopping. Redis stopped
+// answering during one such renewal, which the tick gave 5 op_timeouts: the
+// monitor waited in it past stop_timeout, so the SIGKILL of a worker that
+// did not stop on SIGTERM waited too, and Stop ran out of its stop_timeout
+// + 2 s (invariant 6). A shutdown tick renews in one round trip: it waits
+// one op_timeout at most. Here the renewal's reply is held and the worker
+// ignores SIGTERM.
+func TestStopWhileAShutdownTickWaits(t *testing.T) {
+	t.Parallel()
+	h, p, store := proxiedHarness(t, supervisor.Config{
+		Pools:       []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "ignore-term"}}},
+		Policy:      longBackoff,
+		Lease:       1500 * time.Millisecond,
+		StopTimeout: time.Second,
+		OpTimeout:   time.Second,
+	})
+	id := ids("q", 1)
+	h.start()
+	h.waitHealthy(id...)
+	limit := h.cfg.StopTimeout + 2*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.sup.Stop(ctx) }()
+	// Once the shutdown has begun (the worker is stopping), the next renewal
+	// is a shutdown tick's.
+	waitFor(t, store, id[0], isStatus(health.StatusStopping))
+	slot := store.Keys().Slot(id[0])
+	held, release := p.HoldReply(func(args []string) bool {
+		return len(args) >= 4 && strings.EqualFold(args[0], "EVALSHA") && args[3] == slot
+	})
+	defer release()
+	select {
+	case <-held:
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) before a shutdown tick renewed a lease", err)
+	case <-time.After(waitTimeout):
+		t.Fatal("no shutdown tick renewed the lease")
+	}
+	var err error
+	select {
+	case err = <-stopped:
+	case <-time.After(limit + 5*time.Second):
+		t.Fatal("Stop never returned")
+	}
+	if took := time.Since(start); err != nil || took > limit {
+		t.Fatalf("Stop with a shutdown tick waiting on Redis: %v after %s (limit %s)\n%s", err, took.Round(time.Millisecond), limit, h.logs.String())
+	}
+}
+
+// A supervisor given a client that does not honour its calls' deadlines
+// says so: its op_timeout would bound no call (E31).
+func TestClientWithoutDeadlinesIsReported(t *testing.T) {
+	t.Parallel()
+	env := testredis.New(t)
+	opt, err := redis.ParseURL(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{false, true} {
+		opt.ContextTimeoutEnabled = on
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		logs := newLogSink()
+		if _, err := supervisor.New(supervisor.Config{Host: "h", Logger: slog.New(slog.NewTextHandler(logs, nil))}, health.NewStore(rdb, env.Prefix, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "does not honour its calls' deadlines"); got == on {
+			t.Errorf("ContextTimeoutEnabled %v: warned %v", on, got)
+		}
+	}
 }

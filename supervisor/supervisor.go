@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
 )
@@ -84,6 +86,11 @@ func New(cfg Config, store *health.Store) (*Supervisor, error) {
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if !honoursDeadlines(store.Client()) {
+		cfg.Logger.Warn("the Redis client does not honour its calls' deadlines (go-redis ContextTimeoutEnabled is off): " +
+			"a call whose reply does not come waits for the client's read timeout, not op_timeout; " +
+			"open it with Vigil's Redis URL parsing, or set ContextTimeoutEnabled")
 	}
 	leaving, leave := context.WithCancel(context.Background())
 	over, end := context.WithCancel(context.Background())
@@ -268,4 +275,18 @@ func (s *Supervisor) pool(queue string) *Pool {
 		}
 	}
 	return nil
+}
+
+// honoursDeadlines reports whether rdb bounds a call on the socket by its
+// context's deadline (go-redis's ContextTimeoutEnabled; fault explorer
+// E31): the monitor's op_timeout is a bound only then. A client of a kind
+// it does not know is taken to.
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }

@@ -44,11 +44,16 @@ func (s *Supervisor) tick(first bool) {
 	// is what a lost reply leaves (a lease taken and not known expires);
 	// its failure says nothing of Redis. The shutdown's own ticks, which
 	// renew the leases of workers still stopping, run to their end.
-	base := context.Background()
+	//
+	// A shutdown's tick is one renewal, one round trip: it waits one
+	// op_timeout at most. Meanwhile the monitor can neither SIGKILL a
+	// worker past its stop_timeout nor see an exit, and a Stop must end
+	// within stop_timeout + 2 s (E31: 5 op_timeouts there outlasted it).
+	base, budget := context.Background(), s.cfg.OpTimeout
 	if !s.shuttingDown {
-		base = s.leaving
+		base, budget = s.leaving, 5*s.cfg.OpTimeout
 	}
-	ctx, cancel := context.WithTimeout(base, 5*s.cfg.OpTimeout)
+	ctx, cancel := context.WithTimeout(base, budget)
 	defer cancel()
 	var err error
 	if s.shuttingDown {

@@ -113,10 +113,25 @@ func (o *Options) Client() redis.UniversalClient {
 // Parse reads a Redis URL of any form of the package comment. An error
 // names the URL without its passwords, then the reason (no part of a
 // password either).
+//
+// Every client it configures honours its calls' contexts: a deadline
+// bounds the call on the socket too (go-redis's ContextTimeoutEnabled).
+// Without it a call whose reply does not come waits for the read timeout
+// (seconds) whatever its context says, and the monitor's op_timeout bound
+// is not one (fault explorer E31: a renewal held by a paused Redis kept a
+// stopping host from SIGKILLing its worker until past its Stop's limit).
 func Parse(rawURL string) (*Options, error) {
 	o, err := parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", ErrURL, Redact(rawURL), strings.TrimPrefix(err.Error(), ErrURL.Error()+": "))
+	}
+	switch {
+	case o.Simple != nil:
+		o.Simple.ContextTimeoutEnabled = true
+	case o.Failover != nil:
+		o.Failover.ContextTimeoutEnabled = true
+	case o.Cluster != nil:
+		o.Cluster.ContextTimeoutEnabled = true
 	}
 	return o, nil
 }
