@@ -121,16 +121,18 @@ func (s *Supervisor) Restart(ctx context.Context, id health.ComponentID) (health
 func (s *Supervisor) restartLocal(ctx context.Context, id health.ComponentID) (health.Component, error) {
 	return s.action(ctx, id, evOpRestart, func(t step, reply func(error)) {
 		w := t.w
-		switch w.state {
-		case stRunning, stStopping:
+		switch {
+		case w.state == stRunning || w.state == stStopping:
 			s.stopWorker(t, "operator restart", false, &later{f: s.restartThen(w, reply), restart: true})
-		case stIdle:
+		case s.leaseStale(w):
+			reply(errLeaseStale) // nothing changed (E32)
+		case w.state == stIdle:
 			failed := w.rec.Status == health.StatusFailed
 			if failed {
 				w.rec.Restarts = policy.OperatorRestart(w.rec.Restarts)
 			}
 			reply(s.spawn(t, health.ActorOperator, failed))
-		case stBackoff:
+		case w.state == stBackoff:
 			s.disarm(w, timerRestart)
 			reply(s.spawn(t, health.ActorOperator, false))
 		}
@@ -157,6 +159,12 @@ func (s *Supervisor) restartThen(w *worker, reply func(error)) func(error) {
 			reply(refusal(w, evOpRestart))
 		default:
 			t, _ := s.begin(w, evOpRestart)
+			if s.leaseStale(w) {
+				// Stopped already: the start waits for the lease (E32).
+				s.holdStart(t)
+				reply(nil)
+				return
+			}
 			reply(s.spawn(t, health.ActorOperator, false))
 		}
 	}
@@ -193,6 +201,10 @@ func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, rest
 		}
 		s.disarm(w, timerRestart)
 		t.to(stIdle)
+		if restart && s.leaseStale(w) {
+			reply(errLeaseStale) // reset and held; started by the operator once Redis answers (E32)
+			return
+		}
 		if restart {
 			reply(s.spawn(t, health.ActorOperator, false))
 			return

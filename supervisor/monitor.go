@@ -158,13 +158,8 @@ func (s *Supervisor) onTimer(m timerMsg) {
 		if !ok {
 			return
 		}
-		if d := time.Since(w.heldAt); d >= s.cfg.Lease {
-			// This host has not renewed the slot's lease for a lease (Redis
-			// is away): it may be another host's by now, which would run
-			// the slot too (invariant 1). The restart waits for a renewal;
-			// a lost lease fences the worker instead.
-			s.logw(w).Info("restart held: the slot's lease not renewed for a lease", "since", d.Round(time.Millisecond))
-			s.arm(w, timerRestart, s.cfg.Lease/3)
+		if s.leaseStale(w) {
+			s.holdStart(t)
 			return
 		}
 		s.cfg.Metrics.Restart(w.id.Queue, "backoff")

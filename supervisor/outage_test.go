@@ -225,3 +225,40 @@ func TestRedisOutageLongerThanLeaseLosesNoHost(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartDuringAnOutageLongerThanTheLease: fault explorer E32 (seed
+// 94146, six seeds at a time). An operator restarted a worker while its
+// host could not reach Redis for longer than the lease: the old process
+// stopped and the new one started, although the slot's lease had lapsed.
+// Another host took the slot meanwhile and started it too: two live
+// processes for one slot (invariant 1) until the first host's next write
+// fenced its own. A start waits for the lease to be renewed, as a restart
+// after a backoff already did; the restart is answered, and the worker
+// starts once Redis answers and the lease is this host's again.
+func TestRestartDuringAnOutageLongerThanTheLease(t *testing.T) {
+	t.Parallel()
+	h, p, _ := proxiedHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy:    longBackoff,
+		Lease:     time.Second,
+		OpTimeout: 300 * time.Millisecond,
+	})
+	id := ids("q", 1)[0]
+	h.start()
+	before := h.waitHealthy(id)[0]
+	p.Refuse(true)
+	p.Cut()
+	<-time.After(h.cfg.Lease + h.cfg.Lease/2) // the outage's length is the test's input
+	if _, err := h.sup.Restart(context.Background(), id); err != nil {
+		t.Fatalf("Restart during the outage: %v", err)
+	}
+	c := h.sync()[0]
+	if c.PID != 0 && c.PID != before.PID {
+		t.Errorf("a process was started for the slot while its lease had lapsed: %s", describe(c))
+	}
+	p.Refuse(false)
+	now := h.waitFor(id, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != before.PID })
+	if now.Restarts.LifetimeRestarts != 0 {
+		t.Errorf("the restart counted: %s", describe(now))
+	}
+}

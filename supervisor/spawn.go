@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
@@ -56,6 +57,28 @@ func (s *Supervisor) lostToAnother(w *worker, err error) {
 		}
 	})
 }
+
+// leaseStale reports whether this host has not renewed w's slot lease for
+// a lease (Redis was away): the slot may be another host's by now, its
+// lease lapsed, which would run it too (invariant 1). No process is
+// started for it until a renewal (holdStart); a lost lease fences the
+// worker instead.
+func (s *Supervisor) leaseStale(w *worker) bool {
+	return !w.heldAt.IsZero() && time.Since(w.heldAt) >= s.cfg.Lease
+}
+
+// holdStart puts t's start off until the slot's lease is renewed: the
+// worker waits in backoff, its restart timer checking every third of a
+// lease.
+func (s *Supervisor) holdStart(t step) {
+	s.logw(t.w).Info("start held: the slot's lease not renewed for a lease", "since", time.Since(t.w.heldAt).Round(time.Millisecond))
+	s.arm(t.w, timerRestart, s.cfg.Lease/3)
+	t.to(stBackoff)
+}
+
+// errLeaseStale answers an operator's start while the slot's lease has not
+// been renewed for a lease (see leaseStale).
+var errLeaseStale = fmt.Errorf("%w: its lease has not been renewed for a lease (Redis was away); try again once it answers", ErrSlotMoving)
 
 // spawn starts w's process (t's worker, idle or in backoff). writeRestarts
 // writes the restart history with the record (an operator restart of a
