@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"sync"
 	"time"
@@ -144,6 +145,13 @@ type broker struct {
 	// (tests) is called, under mu, whenever a client begins to wait for one.
 	snaps      map[string]*snapSlot
 	onSnapWait func()
+	// endsRunning is the read of the stream's ends under way for plan,
+	// endsNext the one that starts after it (sharedEnds); readEnds makes
+	// one (tests replace it), onEndsWait (tests) is called, under mu,
+	// whenever a client begins to wait for one.
+	endsRunning, endsNext *endsRead
+	readEnds              func(context.Context) (streamEnds, error)
+	onEndsWait            func()
 	// left is closed, and replaced, whenever a client has left (tests
 	// wait on it).
 	left chan struct{}
@@ -162,6 +170,9 @@ type group struct {
 	sub     subscription
 	stream  string
 	clients map[*client]struct{}
+	// url is the request URL r3labs/sse is given for the group's clients:
+	// the stream's name in the query (read only, shared).
+	url *url.URL
 }
 
 func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.Clock,
@@ -180,6 +191,9 @@ func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.C
 		groups: map[string]*group{}, clients: map[string]*client{}, catching: map[*client]struct{}{},
 		perAddr: map[string]int{}, fresh: map[string]*group{}, views: newWorkerViews(store, log), left: make(chan struct{}),
 		snaps: map[string]*snapSlot{},
+	}
+	b.readEnds = func(ctx context.Context) (streamEnds, error) {
+		return readEnds(ctx, b.store.Client(), b.store.Keys().Events())
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b

@@ -2,8 +2,10 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/r3labs/sse/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
 )
@@ -23,10 +26,13 @@ type client struct {
 	id     string
 	sub    subscription
 	remote string
+	addr   string // the client address its place was acquired for
 	cancel context.CancelFunc
-	rc     *http.ResponseController
-	// w is what r3labs/sse writes the group's stream through.
-	w        *sseWriter
+	// req is the request r3labs/sse serves (sseRequest).
+	req *http.Request
+	// w is what r3labs/sse writes the group's stream through (one
+	// allocation with the client).
+	w        sseWriter
 	g        *group
 	dropOnce sync.Once
 
@@ -50,37 +56,62 @@ func (c *client) drop() {
 	c.dropOnce.Do(func() {
 		c.w.drop()
 		c.cancel()
-		_ = c.rc.SetWriteDeadline(time.Now())
+		_ = c.w.rc.SetWriteDeadline(time.Now())
 	})
 }
 
 // serve streams events to one client until it goes away, is dropped, or
 // the broker closes. The caller has acquired a place for it. lastID is the
 // Last-Event-ID it resumes from ("" for a fresh snapshot).
+func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription, lastID, addr string) {
+	e, err := b.sharedEnds(r.Context())
+	c := b.open(w, r, sub, lastID, addr, &e, err)
+	if c == nil {
+		return
+	}
+	defer b.finish(c)
+	b.sse.ServeHTTP(&c.w, c.req)
+}
+
+// open starts serving one client, for whom the caller has acquired a place,
+// and returns it, to be served by r3labs/sse (with c.w and c.req) and then
+// finished; nil when it could not start (answered, place released).
 //
 // The client joins the r3labs/sse stream of its pattern set at once,
 // through an sseWriter that holds the stream's frames while a goroutine of
 // the client's writes its snapshot and catch-up; then only the held frames
 // after the catch-up are written, and the rest pass through.
-func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription, lastID, addr string) {
-	defer b.release(addr)
+//
+// e and err are the stream's ends as sharedEnds read them for it (plan).
+//
+// What open does is done here and not under r3labs/sse's loop, whose
+// caller's frames stay on the connection's stack for as long as it lasts
+// (Server.ServeHTTP).
+func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, lastID, addr string, e *streamEnds, err error) *client {
+	if err != nil {
+		if b.ctx.Err() != nil {
+			writeProblem(w, http.StatusServiceUnavailable, "the admin server is shutting down")
+		} else {
+			b.log.Warn("events: read the stream for a client", "err", err)
+			writeProblem(w, http.StatusServiceUnavailable, "read the event stream: "+publicError(err))
+		}
+		b.release(addr)
+		return nil
+	}
+	p := plan(lastID, *e)
 	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
 	rc := http.NewResponseController(w)
-	c := &client{sub: sub, remote: r.RemoteAddr, cancel: cancel, rc: rc, w: newSSEWriter(w, rc)}
+	c := &client{sub: sub, remote: r.RemoteAddr, addr: addr, cancel: cancel}
+	c.w.init(w, rc)
 	// An event stream outlives any server-wide write timeout.
 	_ = rc.SetWriteDeadline(time.Time{})
-	p, err := b.plan(ctx, lastID)
-	if err != nil {
-		b.log.Warn("events: read the stream for a client", "err", err)
-		writeProblem(w, http.StatusServiceUnavailable, "read the event stream: "+publicError(err))
-		return
-	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		writeProblem(w, http.StatusServiceUnavailable, "the admin server is shutting down")
-		return
+		cancel()
+		b.release(addr)
+		return nil
 	}
 	b.nextID++
 	c.id = strconv.FormatUint(b.nextID, 10)
@@ -90,6 +121,7 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	b.clients[c.id] = c
 	b.catching[c] = struct{}{}
 	c.seq, c.cursor = b.seq, p.cursor
+	c.req = sseRequest(r.WithContext(ctx), c.g)
 	b.mu.Unlock()
 
 	// The header r3labs/sse would write, written once, here.
@@ -103,11 +135,16 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		b.join(ctx, c, p)
+		b.join(ctx, c, &p)
 	}()
-	// Returns once ctx ends and r3labs/sse has removed the subscriber.
-	b.sse.ServeHTTP(c.w, sseRequest(r.WithContext(ctx), c.g.stream))
-	cancel()
+	return c
+}
+
+// finish ends a client opened by open once r3labs/sse is done with it (its
+// context ended and the subscriber was removed), and releases its place.
+func (b *broker) finish(c *client) {
+	defer b.release(c.addr)
+	c.cancel()
 	c.wg.Wait()
 	b.mu.Lock()
 	gone := b.leave(c)
@@ -128,7 +165,9 @@ func (b *broker) groupOf(sub subscription) *group {
 	g := b.groups[sub.key]
 	if g == nil {
 		b.nextID++
-		g = &group{sub: sub, stream: "g" + strconv.FormatUint(b.nextID, 10), clients: map[*client]struct{}{}}
+		stream := "g" + strconv.FormatUint(b.nextID, 10)
+		g = &group{sub: sub, stream: stream, clients: map[*client]struct{}{},
+			url: &url.URL{Path: eventsPath, RawQuery: url.Values{"stream": {stream}}.Encode()}}
 		b.sse.CreateStream(g.stream)
 		b.groups[sub.key] = g
 		b.fresh[sub.key] = g
@@ -137,13 +176,11 @@ func (b *broker) groupOf(sub subscription) *group {
 	return g
 }
 
-// sseRequest is r as r3labs/sse expects it: its stream named in the query,
-// and no Last-Event-ID (it wants a number; ours are stream ids, handled by
-// join).
-func sseRequest(r *http.Request, stream string) *http.Request {
-	u := *r.URL
-	u.RawQuery = url.Values{"stream": {stream}}.Encode()
-	r.URL = &u
+// sseRequest is r as r3labs/sse expects it: its stream named in the query
+// (the group's URL, one for all its clients), and no Last-Event-ID (it
+// wants a number; ours are stream ids, handled by join).
+func sseRequest(r *http.Request, g *group) *http.Request {
+	r.URL = g.url
 	if r.Header.Get("Last-Event-ID") != "" {
 		r.Header = r.Header.Clone()
 		r.Header.Del("Last-Event-ID")
@@ -175,7 +212,7 @@ func (b *broker) leave(c *client) string {
 // the stream and lets its group's frames through, with no gap and no
 // duplicate. It waits until r3labs/sse has registered the client's
 // subscriber: every entry the broker publishes after that reaches it.
-func (b *broker) join(ctx context.Context, c *client, p plan) {
+func (b *broker) join(ctx context.Context, c *client, p *planned) {
 	select {
 	case <-c.w.registered:
 	case <-ctx.Done():
@@ -186,7 +223,16 @@ func (b *broker) join(ctx context.Context, c *client, p plan) {
 	case <-ctx.Done():
 		return
 	}
-	err := b.begin(ctx, c, p)
+	// Waited for here, not deeper: the stacks of the clients that wait
+	// count in the size every new goroutine starts with.
+	var frames [][]byte
+	var err error
+	if p.snapshot {
+		frames, err = b.sharedSnapshot(ctx, c.sub)
+	}
+	if err == nil {
+		err = b.begin(c, p, frames)
+	}
 	if err == nil {
 		err = b.catchUp(ctx, c, p.cursor)
 	}
@@ -222,7 +268,7 @@ func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) error 
 				}
 			}
 			if n > 0 {
-				if err := c.rc.Flush(); err != nil {
+				if err := c.w.rc.Flush(); err != nil {
 					return err
 				}
 				b.mu.Lock()
@@ -298,7 +344,7 @@ func (b *broker) replay(ctx context.Context, c *client, cursor, target streamID)
 			if _, err := c.w.w.Write(buf.Bytes()); err != nil {
 				return cursor, err
 			}
-			if err := c.rc.Flush(); err != nil {
+			if err := c.w.rc.Flush(); err != nil {
 				return cursor, err
 			}
 		}
@@ -326,77 +372,166 @@ func appendFrame(buf *bytes.Buffer, ev *sse.Event) {
 // (no lastID, or one that is unknown or trimmed) at the stream's end as it
 // is now, with a fresh snapshot (after a reset event when the client asked
 // to resume).
-type plan struct {
+type planned struct {
 	cursor   streamID
 	snapshot bool
 	reset    string // why lastID cannot be resumed from
 	lastID   string
 }
 
-func (b *broker) plan(ctx context.Context, lastID string) (plan, error) {
-	rdb, key := b.store.Client(), b.store.Keys().Events()
-	p := plan{lastID: lastID, snapshot: true}
+func plan(lastID string, e streamEnds) planned {
+	p := planned{lastID: lastID, snapshot: true}
+	from, ok := zeroID, true
 	if lastID != "" {
-		from, ok := parseStreamID(lastID)
-		if !ok {
+		if from, ok = parseStreamID(lastID); !ok {
 			p.reset = "Last-Event-ID is not a stream id"
-		} else {
-			pipe := rdb.Pipeline()
-			first := pipe.XRangeN(ctx, key, "-", "+", 1)
-			last := pipe.XRevRangeN(ctx, key, "+", "-", 1)
-			if _, err := pipe.Exec(ctx); err != nil {
-				return p, err
-			}
-			switch f, l := first.Val(), last.Val(); {
-			case len(l) == 0 && from == zeroID:
-				return plan{cursor: from}, nil
-			case len(l) == 0:
-				p.reset = "the event stream is empty (Redis lost its data?)"
-			case from.cmp(endOf(l[0])) > 0:
-				p.reset = "Last-Event-ID is newer than the stream's last event (another Redis?)"
-			case from.cmp(mustID(f[0].ID)) < 0:
-				p.reset = "events after Last-Event-ID were trimmed from the stream"
-			default:
-				return plan{cursor: from}, nil
-			}
 		}
 	}
-	var err error
-	p.cursor, err = lastEntry(ctx, rdb, key)
-	return p, err
+	if lastID != "" && ok {
+		switch {
+		case !e.any && from == zeroID:
+			return planned{cursor: from}
+		case !e.any:
+			p.reset = "the event stream is empty (Redis lost its data?)"
+		case from.cmp(e.last) > 0:
+			p.reset = "Last-Event-ID is newer than the stream's last event (another Redis?)"
+		case from.cmp(e.first) < 0:
+			p.reset = "events after Last-Event-ID were trimmed from the stream"
+		default:
+			return planned{cursor: from}
+		}
+	}
+	p.cursor = e.last
+	return p
+}
+
+// streamEnds is what plan needs of the stream: whether it has entries,
+// its first entry's id and the id of its last event (endOf).
+type streamEnds struct {
+	any         bool
+	first, last streamID
+}
+
+// endsRead is one read of the stream's ends, shared by the clients that
+// wait for it.
+type endsRead struct {
+	done chan struct{}
+	ends streamEnds
+	err  error
+}
+
+// sharedEnds reads the stream's ends for plan, read after the call began
+// (a client's cursor may not be older than its request, nor its
+// Last-Event-ID judged against an older end): clients that connect together
+// share one read, and a read under way when it is called started too
+// early: it waits for the next one. A storm of connections then costs
+// Redis a read at a time, not one per client at once (which also grew the
+// connection pool to its size and left each handler's stack deep in it).
+func (b *broker) sharedEnds(ctx context.Context) (streamEnds, error) {
+	r, wait, lead := b.endsReadFor()
+	if lead {
+		b.leadEnds(r, wait)
+	}
+	select {
+	case <-r.done:
+		return r.ends, r.err
+	case <-ctx.Done():
+		return streamEnds{}, ctx.Err()
+	}
+}
+
+// endsReadFor returns the read a caller of sharedEnds waits for, whether
+// it leads it, and what it must wait for first.
+func (b *broker) endsReadFor() (r *endsRead, wait chan struct{}, lead bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.onEndsWait != nil {
+		b.onEndsWait()
+	}
+	switch {
+	case b.endsNext != nil:
+		return b.endsNext, nil, false
+	case b.endsRunning != nil:
+		b.endsNext = &endsRead{done: make(chan struct{})}
+		return b.endsNext, b.endsRunning.done, true
+	default:
+		b.endsRunning = &endsRead{done: make(chan struct{})}
+		return b.endsRunning, nil, true
+	}
+}
+
+// leadEnds makes read r, once the one before it (wait) is done. Not
+// inlined: the clients waiting in sharedEnds keep its frame small.
+//
+//go:noinline
+func (b *broker) leadEnds(r *endsRead, wait chan struct{}) {
+	if wait != nil {
+		<-wait // the read before ends whatever the clients do
+		b.mu.Lock()
+		b.endsRunning, b.endsNext = r, nil
+		b.mu.Unlock()
+	}
+	// The broker's context: the clients waiting for it may outlive the one
+	// that leads it.
+	r.ends, r.err = b.readEnds(b.ctx)
+	b.mu.Lock()
+	if b.endsRunning == r {
+		b.endsRunning = nil
+	}
+	b.mu.Unlock()
+	close(r.done)
+}
+
+// readEnds reads the stream's first and last entries in one round trip.
+func readEnds(ctx context.Context, rdb redis.UniversalClient, key string) (streamEnds, error) {
+	pipe := rdb.Pipeline()
+	first := pipe.XRangeN(ctx, key, "-", "+", 1)
+	last := pipe.XRevRangeN(ctx, key, "+", "-", 1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return streamEnds{}, err
+	}
+	f, l := first.Val(), last.Val()
+	if len(f) == 0 || len(l) == 0 {
+		return streamEnds{}, nil
+	}
+	return streamEnds{any: true, first: mustID(f[0].ID), last: endOf(l[0])}, nil
 }
 
 // begin writes what comes before the catch-up: the reset event and the
 // snapshot, if the plan has them, with the cursor's id.
-func (b *broker) begin(ctx context.Context, c *client, p plan) error {
+func (b *broker) begin(c *client, p *planned, frames [][]byte) error {
 	if !p.snapshot {
 		return nil
 	}
 	id := []byte(p.cursor.String())
-	now := b.clock.Now().UnixMilli()
-	var buf bytes.Buffer
+	// Written piece by piece into the response's own buffer: nothing is
+	// allocated per client but the id.
+	w := c.w.w
 	if p.reset != "" {
 		data, _ := json.Marshal(ResetData{LastEventID: truncate(p.lastID, 64), Reason: p.reset})
-		ev, _ := json.Marshal(health.Event{Type: health.EventReset, Timestamp: now, Data: data})
-		appendFrame(&buf, &sse.Event{ID: id, Event: []byte(health.EventReset), Data: ev})
-	}
-	frames, err := b.sharedSnapshot(ctx, c.sub)
-	if err != nil {
-		return err
-	}
-	for _, data := range frames {
-		appendFrame(&buf, &sse.Event{ID: id, Event: []byte(health.EventSnapshot), Data: data})
-		if buf.Len() >= 32<<10 {
-			if _, err := c.w.w.Write(buf.Bytes()); err != nil {
-				return err
-			}
-			buf.Reset()
+		ev, _ := json.Marshal(health.Event{Type: health.EventReset, Timestamp: b.clock.Now().UnixMilli(), Data: data})
+		if err := writeFrame(w, id, health.EventReset, ev); err != nil {
+			return err
 		}
 	}
-	if _, err := c.w.w.Write(buf.Bytes()); err != nil {
-		return err
+	for _, data := range frames {
+		if err := writeFrame(w, id, health.EventSnapshot, data); err != nil {
+			return err
+		}
 	}
-	return c.rc.Flush()
+	return c.w.rc.Flush()
+}
+
+// writeFrame writes an event to w as r3labs/sse frames it.
+func writeFrame(w io.Writer, id []byte, event string, data []byte) error {
+	_, err1 := io.WriteString(w, "id: ")
+	_, err2 := w.Write(id)
+	_, err3 := io.WriteString(w, "\ndata: ")
+	_, err4 := w.Write(data)
+	_, err5 := io.WriteString(w, "\nevent: ")
+	_, err6 := io.WriteString(w, event)
+	_, err7 := io.WriteString(w, "\n\n")
+	return cmp.Or(err1, err2, err3, err4, err5, err6, err7)
 }
 
 // ResetData is the payload of a reset event: the client's Last-Event-ID

@@ -73,13 +73,15 @@ type heldFrame struct {
 	b  []byte
 }
 
-func newSSEWriter(w http.ResponseWriter, rc *http.ResponseController) *sseWriter {
-	return &sseWriter{w: w, rc: rc, registered: make(chan struct{})}
+// init makes s write to w (whose controller is rc).
+func (s *sseWriter) init(w http.ResponseWriter, rc *http.ResponseController) {
+	s.w, s.rc, s.registered = w, rc, make(chan struct{})
 }
 
-// Header is a new header each time, dropped: the response's was written by
-// serve (and a map kept per client would cost memory for nothing).
-func (s *sseWriter) Header() http.Header { return http.Header{} }
+// Header is the response's, written by open already: r3labs/sse sets the
+// same three fields in it again, to no effect (a new map each time, as
+// before, cost three maps per client).
+func (s *sseWriter) Header() http.Header { return s.w.Header() }
 
 // WriteHeader is r3labs's, once its subscriber is registered.
 func (s *sseWriter) WriteHeader(int) {

@@ -188,12 +188,29 @@ func (c Config) validate() error {
 // end by themselves, so close it before http.Server.Shutdown.
 type Server struct {
 	handler http.Handler
+	events  *server
 	broker  *broker
 	once    sync.Once
 }
 
-// ServeHTTP serves the admin API, the docs and the dashboard.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// ServeHTTP serves the admin API, the docs and the dashboard. It takes GET
+// /api/v1/events itself, before the mux and Huma (openEvents), and stays
+// small: while an event stream lasts, its frame lies on the connection
+// goroutine's stack under r3labs/sse's loop, as the stack's average depth
+// decides the size new goroutines start with (runtime: adaptive initial
+// stacks), so that a deeper one costs every goroutine of every client.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != eventsPath || r.Method != http.MethodGet {
+		s.handler.ServeHTTP(w, r)
+		return
+	}
+	c := s.events.openEvents(w, r)
+	if c == nil {
+		return
+	}
+	defer s.broker.finish(c)
+	s.broker.sse.ServeHTTP(&c.w, c.req)
+}
 
 // Close disconnects every event client (they reconnect elsewhere, or here
 // later, with Last-Event-ID), waits for their handlers and stops the
@@ -241,7 +258,7 @@ func New(cfg Config) (*Server, error) {
 		mux.Handle("GET /metrics", s.metricsHandler())
 	}
 	s.broker.start(hw.run)
-	return &Server{handler: s.serveEvents(s.wrap(mux)), broker: s.broker}, nil
+	return &Server{handler: s.wrap(mux), events: s, broker: s.broker}, nil
 }
 
 // server holds the handlers' dependencies.
