@@ -45,8 +45,9 @@ type sseWriter struct {
 	mode atomic.Int32
 
 	// The frame being written (r3labs's loop only): started says its first
-	// line was seen, skip that it is not sent, held that it is kept.
-	started, skip, buffered bool
+	// line was seen, skip that it is not sent, held that it is kept; pass
+	// that frames go straight through (Write).
+	started, skip, buffered, pass bool
 	cur                     []byte
 	curID                   streamID
 
@@ -89,8 +90,35 @@ func (s *sseWriter) WriteHeader(int) {
 }
 
 // Write takes r3labs's frames piece by piece: the first line of a frame
-// ("id: ..." or a comment) decides where the whole frame goes.
+// ("id: ..." or a comment) decides where the whole frame goes. Once the
+// client has joined and its first frame past the catch-up went out
+// (pass), frames go straight to the connection, nothing parsed or copied,
+// until it is dropped.
 func (s *sseWriter) Write(p []byte) (int, error) {
+	if s.pass {
+		if s.mode.Load() == modeLive {
+			if !s.started {
+				s.started, s.skip = true, false
+			}
+			if !s.skip {
+				// busy only while a write is under way: a handler that
+				// waits for the processor between two lines of a frame
+				// is not stuck (the watchdog).
+				s.busy.Store(true)
+				_, err := s.w.Write(p)
+				s.busy.Store(false)
+				if err != nil {
+					s.skip = true
+				}
+			}
+			return len(p), nil
+		}
+		s.pass = false // dropped, for good
+		if s.started {
+			s.skip = true // the rest of the frame goes nowhere
+			return len(p), nil
+		}
+	}
 	if !s.started {
 		s.startFrame(p)
 	}
@@ -146,6 +174,22 @@ func frameID(p []byte) (streamID, bool) {
 // Flush ends r3labs's frame: a held one is kept (or, released meanwhile,
 // written), a live one flushed to the client.
 func (s *sseWriter) Flush() {
+	if s.pass {
+		if s.mode.Load() == modeLive {
+			if !s.started {
+				return
+			}
+			s.started = false
+			if !s.skip {
+				s.busy.Store(true)
+				_ = s.rc.Flush()
+				s.busy.Store(false)
+				s.progress.Add(1)
+			}
+			return
+		}
+		s.pass = false
+	}
 	if !s.started {
 		return // the flush after WriteHeader
 	}
@@ -181,6 +225,12 @@ func (s *sseWriter) Flush() {
 	_ = s.rc.Flush()
 	s.busy.Store(false)
 	s.progress.Add(1)
+	if s.mode.Load() == modeLive {
+		// Past the catch-up's frames: the next ones pass through.
+		s.mu.Lock()
+		s.pass = !s.filtering
+		s.mu.Unlock()
+	}
 }
 
 // keep holds the frame in cur (mu held); past the limits everything held

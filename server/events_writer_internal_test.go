@@ -1,0 +1,72 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// r3labsFrame writes an event as r3labs/sse's loop does: a line at a time,
+// then a flush.
+func r3labsFrame(w *sseWriter, id, data string) {
+	fmt.Fprintf(w, "id: %s\n", id)
+	fmt.Fprintf(w, "data: %s\n", data)
+	fmt.Fprintf(w, "event: %s\n", "t")
+	fmt.Fprint(w, "\n")
+	w.Flush()
+}
+
+// TestSSEWriterPassThrough: a joined writer skips the frames up to the end
+// of the catch-up, writes the next ones, and from then on passes frames
+// through unparsed, counting each as progress, busy only while a write is
+// under way;
+// dropped, even in the middle of a frame, it writes nothing more.
+func TestSSEWriterPassThrough(t *testing.T) {
+	rec := httptest.NewRecorder()
+	var w sseWriter
+	w.init(rec, http.NewResponseController(rec))
+	w.WriteHeader(http.StatusOK)
+	w.Flush()
+	r3labsFrame(&w, "1-0", "held")
+	if h, _ := w.take(); len(h) != 1 {
+		t.Fatalf("held %d frames, want 1", len(h))
+	}
+	if !w.release(streamID{ms: 2}) {
+		t.Fatal("release refused")
+	}
+	r3labsFrame(&w, "2-0", "caught up") // sent by the catch-up
+	if w.pass || rec.Body.Len() != 0 {
+		t.Fatalf("a frame up to the catch-up's end was written (pass %v): %q", w.pass, rec.Body)
+	}
+	r3labsFrame(&w, "3-0", "a")
+	if !w.pass {
+		t.Fatal("not passing frames through after the first one past the catch-up")
+	}
+	r3labsFrame(&w, "2-5", "b") // no longer compared: the stream is in order
+	want := "id: 3-0\ndata: a\nevent: t\n\nid: 2-5\ndata: b\nevent: t\n\n"
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+	if p := w.progress.Load(); p != 2 || w.busy.Load() {
+		t.Fatalf("progress %d busy %v, want 2 and idle", p, w.busy.Load())
+	}
+	// Dropped between a frame's lines: the rest of it and every later
+	// frame go nowhere.
+	fmt.Fprintf(&w, "id: %s\n", "4-0")
+	if w.busy.Load() {
+		t.Fatal("busy between two lines of a frame: the watchdog would take a handler waiting for the processor for a stuck one")
+	}
+	w.drop()
+	fmt.Fprintf(&w, "data: %s\n", "c")
+	fmt.Fprint(&w, "\n")
+	w.Flush()
+	r3labsFrame(&w, "5-0", "d")
+	if got := strings.TrimPrefix(rec.Body.String(), want); got != "id: 4-0\n" {
+		t.Fatalf("after the drop: %q, want only the line written before it", got)
+	}
+	if w.busy.Load() || w.progress.Load() != 2 {
+		t.Fatalf("dropped: busy %v progress %d", w.busy.Load(), w.progress.Load())
+	}
+}
