@@ -48,8 +48,8 @@ type sseWriter struct {
 	// line was seen, skip that it is not sent, held that it is kept; pass
 	// that frames go straight through (Write).
 	started, skip, buffered, pass bool
-	cur                     []byte
-	curID                   streamID
+	cur                           []byte
+	curID                         streamID
 
 	mu       sync.Mutex
 	held     []heldFrame
