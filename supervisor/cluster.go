@@ -76,6 +76,7 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 				ErrHostInUse, s.cfg.Host, prev.Instance, prev.PID, prev.Hostname, s.cfg.Clock.Now().Sub(prev.SeenAt).Round(time.Millisecond))
 		}
 		s.log.Info("taking over from this host's previous instance", "instance", prev.Instance, "pid", prev.PID)
+		s.killFrozenOf(ctx, prev.Instance)
 	}
 	if err := s.writeHost(ctx, 0); err != nil {
 		return err
@@ -201,5 +202,31 @@ func (s *Supervisor) hostEvent(ctx context.Context, action, result string) {
 		Timestamp: s.cfg.Clock.Now().UnixMilli(), Action: &health.ActionView{Action: action, Target: s.cfg.Host, Result: result}}
 	if _, err := s.store.AddEvent(ctx, e); err != nil {
 		s.log.Warn("announce host event", "action", action, "err", err)
+	}
+}
+
+// killFrozenOf SIGKILLs, on this machine, the worker processes of this
+// host's earlier instance that are frozen (SIGSTOP). Its slots may go to
+// other hosts, which kill such a process only when they take its slot, a
+// lease and a tick after the instance died: more than invariant 2 allows
+// an orphan (stop_timeout + 1 s; fault explorer E34, seed 94415, whose
+// restarted host took the instance's other slots and not that one). A
+// frozen process does no work and is going anyway (see afterOld). The
+// records name the processes; each is checked to be that instance's
+// worker of the slot (its environment) before the signal.
+func (s *Supervisor) killFrozenOf(ctx context.Context, instance string) {
+	recs, err := s.store.List(ctx)
+	if err != nil {
+		s.log.Warn("list the previous instance's workers", "err", err)
+		return
+	}
+	for _, rec := range recs {
+		if rec.Host != s.cfg.Host || rec.Instance != instance || rec.PID <= 0 {
+			continue
+		}
+		if processStopped(rec.PID) && s.foreignWorkerAlive(rec) {
+			s.log.Warn("a worker of this host's previous instance is frozen: killing it", "component", rec.ID.String(), "pid", rec.PID)
+			_ = signalGroup(rec.PID, sigKill)
+		}
 	}
 }

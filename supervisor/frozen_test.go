@@ -145,7 +145,12 @@ func TestRestartedHostKillsItsFrozenOrphanAtOnce(t *testing.T) {
 			})
 			ev := newEventReader(t, store)
 			again.start()
-			again.logs.wait(t, 0, waitTimeout, "waiting for the previous supervisor's worker to exit", "pid="+strconv.Itoa(old))
+			if tc.before {
+				// Killed as the next instance joins (E34), before any adopt.
+				again.logs.wait(t, 0, waitTimeout, "a worker of this host's previous instance is frozen: killing it", "pid="+strconv.Itoa(old))
+			} else {
+				again.logs.wait(t, 0, waitTimeout, "waiting for the previous supervisor's worker to exit", "pid="+strconv.Itoa(old))
+			}
 			if !tc.before {
 				if gone(old) {
 					t.Fatalf("the worker %d, which ignores SIGTERM, is gone before it was frozen: the test tests nothing", old)
@@ -186,4 +191,48 @@ func freeze(t *testing.T, pid int) {
 		}
 		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
 	}
+}
+
+// TestRestartedHostKillsFrozenOrphansOfSlotsItDoesNotTake: fault explorer
+// E34 (redis-server seed 94415). A host's supervisor was SIGKILLed with one
+// of its workers frozen; its next instance took the host's other slots but
+// not that one, which went to another host a lease and a tick later: the
+// frozen orphan outlived its supervisor by 3 s (invariant 2: stop_timeout
+// + 1 s). The next instance kills its predecessor's frozen workers as it
+// joins, whichever slots it takes. Here its pool is empty: it takes none.
+func TestRestartedHostKillsFrozenOrphansOfSlotsItDoesNotTake(t *testing.T) {
+	t.Parallel()
+	env := testredis.New(t)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	id := health.ComponentID{Queue: "q"}
+	c := startHostProcess(t, env, "c", 1, clusterLease, "-mode", "beat", "-interval", "10s", "-ttl", "30s")
+	old := waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
+	t.Cleanup(func() { _ = syscall.Kill(old, syscall.SIGKILL) })
+	freeze(t, old)
+	// The subreaper the orphan comes to (see above).
+	keeper := newHarness(t, supervisor.Config{Host: "keeper",
+		Pools: []supervisor.Pool{{Queue: "q", Workers: 0, Command: []string{testWorker, "beat"}}}})
+	keeper.start()
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Wait()
+	if gone(old) {
+		t.Fatalf("the worker %d died with its supervisor: the test tests nothing", old)
+	}
+	again := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
+		Host: "c", Lease: clusterLease, StopTimeout: 5 * time.Second,
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 0, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+	again.start()
+	joined := time.Now()
+	for deadline := joined.Add(time.Second); !gone(old); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the frozen orphan %d still lives %s after its host's next instance joined",
+				old, time.Since(joined).Round(time.Millisecond))
+		}
+		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
+	}
+	again.logs.wait(t, 0, waitTimeout, "a worker of this host's previous instance is frozen: killing it", "pid="+strconv.Itoa(old))
 }
