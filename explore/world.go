@@ -144,6 +144,9 @@ func (w *world) setup() error {
 		w.be, err = newMini()
 	}
 	if err != nil {
+		// A constructor's nil pointer in the interface is not nil: the
+		// teardown would close it (a failed Cluster setup panicked there).
+		w.be = nil
 		return err
 	}
 	topo, _ := w.be.(topology)
