@@ -145,17 +145,7 @@ func TestOperatorRestartAcrossDataLoss(t *testing.T) {
 // slot is; the previous owner's record is written over.
 func TestBackoffRestartOverAPreviousOwnersRecord(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Policy: policy.Config{BackoffBase: time.Second, BackoffMax: time.Second},
-	})
-	id := health.ComponentID{Queue: "q"}
-	h.start()
-	before := h.waitFor(id, isStatus(health.StatusHealthy))
-	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	crashed := h.waitFor(id, isStatus(health.StatusCrashed))
+	h, id, before, crashed := crashedInBackoff(t)
 	// Within the backoff: the record becomes the previous owner's.
 	old := crashed
 	old.Status, old.Host, old.Instance, old.PID = health.StatusHealthy, "lost-host", "0000dead", before.PID
@@ -182,17 +172,7 @@ func TestBackoffRestartOverAPreviousOwnersRecord(t *testing.T) {
 // a record, whoever wrote it.
 func TestBackoffRestartOverAnotherHostsHold(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Policy: policy.Config{BackoffBase: time.Second, BackoffMax: time.Second},
-	})
-	id := health.ComponentID{Queue: "q"}
-	h.start()
-	before := h.waitFor(id, isStatus(health.StatusHealthy))
-	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	crashed := h.waitFor(id, isStatus(health.StatusCrashed))
+	h, id, before, crashed := crashedInBackoff(t)
 	// Within the backoff: the record becomes the other host's, stopped
 	// and held by an operator there.
 	held := crashed
@@ -362,4 +342,22 @@ func TestDataLossThatLeavesTheHostRecord(t *testing.T) {
 		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
 	}
 	h.waitFor(running, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.Instance != "" })
+}
+
+// crashedInBackoff runs one beat worker with a backoff of a second, kills
+// it and returns once its crash is recorded: the restart comes a second
+// later.
+func crashedInBackoff(t *testing.T) (h *harness, id health.ComponentID, before, crashed health.Component) {
+	t.Helper()
+	h = newHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: policy.Config{BackoffBase: time.Second, BackoffMax: time.Second},
+	})
+	id = health.ComponentID{Queue: "q"}
+	h.start()
+	before = h.waitFor(id, isStatus(health.StatusHealthy))
+	if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return h, id, before, h.waitFor(id, isStatus(health.StatusCrashed))
 }

@@ -110,31 +110,7 @@ func TestRestartedHostKillsItsFrozenOrphanAtOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := testredis.New(t)
-			store := health.NewStore(env.Client, env.Prefix, 0)
-			id := health.ComponentID{Queue: "q"}
-			// A heartbeat every 10 s: the old worker, once its record is
-			// rewritten by the new instance, would exit as stale at its
-			// next beat, before it is frozen.
-			c := startHostProcess(t, env, "c", 1, clusterLease, "-mode", tc.mode, "-interval", "10s", "-ttl", "30s")
-			old := waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
-			t.Cleanup(func() { _ = syscall.Kill(old, syscall.SIGKILL) })
-			if tc.before {
-				freeze(t, old)
-			}
-			// A supervisor running in this process makes it the subreaper
-			// the orphan comes to (one on a Redis of its own, with no
-			// worker).
-			keeper := newHarness(t, supervisor.Config{Host: "keeper",
-				Pools: []supervisor.Pool{{Queue: "q", Workers: 0, Command: []string{testWorker, "beat"}}}})
-			keeper.start()
-			if err := c.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			_ = c.Wait()
-			if gone(old) {
-				t.Fatalf("the worker %d died with its supervisor: the test tests nothing", old)
-			}
+			env, store, id, old := orphanOfKilledHost(t, tc.mode, tc.before)
 			// The same host again, in this process (a subreaper of the
 			// same session, as the explorer is), with a stop_timeout far
 			// longer than the wait allowed below.
@@ -202,24 +178,7 @@ func freeze(t *testing.T, pid int) {
 // joins, whichever slots it takes. Here its pool is empty: it takes none.
 func TestRestartedHostKillsFrozenOrphansOfSlotsItDoesNotTake(t *testing.T) {
 	t.Parallel()
-	env := testredis.New(t)
-	store := health.NewStore(env.Client, env.Prefix, 0)
-	id := health.ComponentID{Queue: "q"}
-	c := startHostProcess(t, env, "c", 1, clusterLease, "-mode", "beat", "-interval", "10s", "-ttl", "30s")
-	old := waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
-	t.Cleanup(func() { _ = syscall.Kill(old, syscall.SIGKILL) })
-	freeze(t, old)
-	// The subreaper the orphan comes to (see above).
-	keeper := newHarness(t, supervisor.Config{Host: "keeper",
-		Pools: []supervisor.Pool{{Queue: "q", Workers: 0, Command: []string{testWorker, "beat"}}}})
-	keeper.start()
-	if err := c.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.Wait()
-	if gone(old) {
-		t.Fatalf("the worker %d died with its supervisor: the test tests nothing", old)
-	}
+	env, _, _, old := orphanOfKilledHost(t, "beat", true)
 	again := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
 		Host: "c", Lease: clusterLease, StopTimeout: 5 * time.Second,
 		Pools:  []supervisor.Pool{{Queue: "q", Workers: 0, Command: []string{testWorker, "beat"}}},
@@ -235,4 +194,37 @@ func TestRestartedHostKillsFrozenOrphansOfSlotsItDoesNotTake(t *testing.T) {
 		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
 	}
 	again.logs.wait(t, 0, waitTimeout, "a worker of this host's previous instance is frozen: killing it", "pid="+strconv.Itoa(old))
+}
+
+// orphanOfKilledHost runs host "c" in a process of its own with one worker
+// of queue q (mode: the test worker's), SIGKILLs that supervisor and
+// returns the worker it left, an orphan of this test process, frozen first
+// if frozen.
+func orphanOfKilledHost(t *testing.T, mode string, frozen bool) (env *testredis.Env, store *health.Store, id health.ComponentID, old int) {
+	t.Helper()
+	env = testredis.New(t)
+	store = health.NewStore(env.Client, env.Prefix, 0)
+	id = health.ComponentID{Queue: "q"}
+	// A heartbeat every 10 s: the old worker, once its record is rewritten
+	// by a new instance, would exit as stale at its next beat, before it is
+	// frozen.
+	c := startHostProcess(t, env, "c", 1, clusterLease, "-mode", mode, "-interval", "10s", "-ttl", "30s")
+	old = waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
+	t.Cleanup(func() { _ = syscall.Kill(old, syscall.SIGKILL) })
+	if frozen {
+		freeze(t, old)
+	}
+	// A supervisor running in this process makes it the subreaper the
+	// orphan comes to (one on a Redis of its own, with no worker).
+	keeper := newHarness(t, supervisor.Config{Host: "keeper",
+		Pools: []supervisor.Pool{{Queue: "q", Workers: 0, Command: []string{testWorker, "beat"}}}})
+	keeper.start()
+	if err := c.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Wait()
+	if gone(old) {
+		t.Fatalf("the worker %d died with its supervisor: the test tests nothing", old)
+	}
+	return env, store, id, old
 }
