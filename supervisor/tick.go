@@ -72,23 +72,22 @@ func (s *Supervisor) tick(first bool) {
 // clusterTick is one tick's steps, in the order they must run.
 func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	// 1. Renew what we hold; fence what we lost. The renewal is timed for
-	// the availability judgement; so is each call of the later steps (lap):
-	// while one waits on Redis the monitor makes no other call (E26).
+	// the availability judgement; so is each call of the later steps
+	// (stepCalls): while one waits on Redis the monitor makes no other call
+	// (E26). A step that fails is an outage of Redis (the tick's caller
+	// says so), judged as one: on a Cluster, the shards that answer are
+	// judged on.
 	if err := s.renewAndFence(ctx); err != nil {
 		return err
 	}
-	// Each call of a later step is timed (stepCalls); a step that fails is
-	// an outage of Redis (the tick's caller says so), judged as one: on a
-	// Cluster, the shards that answer are judged on.
 	calls := s.stepCalls()
 	ctx = calls.with(ctx)
-	lap := func() { s.waited(calls) }
+	defer s.waited(calls)
 	// 2. Read pool sizes, drain flags and hosts.
 	ctl, err := s.readControl(ctx)
 	if err != nil {
 		return err
 	}
-	lap()
 	// 3. Our own record gone although no call failed: Redis lost its data.
 	// Or it expired: not written for a lease, Redis refusing or not
 	// answering meanwhile (the tick right after an outage rewrites it, but
@@ -127,25 +126,20 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	if err := s.releaseLater(ctx); err != nil {
 		return err
 	}
-	lap()
 	// 5. Claim free slots up to our fair share.
 	p, err := s.claim(ctx, ctl, first)
 	if err != nil {
 		return err
 	}
-	lap()
 	// 6. Hand one extra slot per tick to a host below its share.
 	s.rebalance(p)
-	// 7. Our host record, then 8. the leader's lease and chores.
+	// 7. Our host record, then 8. the leader's lease and chores (which
+	// read the availability judgement: told of the slow calls so far).
 	if err := s.writeHost(ctx, s.holding()); err != nil {
 		return err
 	}
-	lap()
-	if err := s.leaderTick(ctx, ctl); err != nil {
-		return err
-	}
-	lap()
-	return nil
+	s.waited(calls)
+	return s.leaderTick(ctx, ctl)
 }
 
 // renewAndFence renews the leases of the slots this host holds, in one
@@ -186,7 +180,7 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 			s.logw(w).Warn("slot lease was gone: taken again", "last_held", sent.Sub(w.heldAt).Round(time.Millisecond))
 			// Renewed at heldAt, it would expire a lease after that at the
 			// earliest: gone sooner, Redis lost it (and whatever else).
-			if !w.heldAt.IsZero() && time.Since(w.heldAt) < s.cfg.Lease {
+			if !w.heldAt.IsZero() && !s.leaseStale(w) {
 				s.cluster.leaseLost = true
 			}
 			w.heldAt, w.heldSince = sent, sent
