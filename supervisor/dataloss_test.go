@@ -291,13 +291,11 @@ func TestHostRecordGoneKeepsTheAppliedPoolSizes(t *testing.T) {
 	}
 }
 
-// pause stops process pid (SIGSTOP) until the returned func, or the end
+// pause stops process pid (SIGSTOP, waiting until it is stopped) until the returned func, or the end
 // of the test, continues it.
 func pause(t *testing.T, pid int) (cont func()) {
 	t.Helper()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	freeze(t, pid) // stopped before the test goes on: a signal sent next waits
 	var once sync.Once
 	cont = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
 	t.Cleanup(cont)
