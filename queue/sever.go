@@ -59,6 +59,38 @@ func (s *connSet) dial(ctx context.Context, network, addr string, next redis.Dia
 	return t, nil
 }
 
+// track makes s track every connection rdb dials. A plain or Sentinel
+// client dials through its own hooks; a cluster client never does (go-redis
+// calls no DialHook of a ClusterClient's hooks): its connections are its node
+// clients', each with hooks of its own, so s is added to every node client as
+// the cluster client creates it (finding E38: a worker of a Cluster kept
+// waiting on a shard past its shutdown bound, its connections untracked, and
+// outlived its dead supervisor by 2.4 s). Call it before rdb's first command:
+// a node client created before is not tracked.
+func (s *connSet) track(rdb redis.UniversalClient) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return // the caller's hook (redisHook.DialHook) dials through s
+	}
+	cc.OnNewNode(func(node *redis.Client) { node.AddHook(dialTracker{s}) })
+}
+
+// dialTracker is the hook of a cluster's node client: it only dials
+// through its set (the cluster client's own hooks do the rest).
+type dialTracker struct{ s *connSet }
+
+func (d dialTracker) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return d.s.dial(ctx, network, addr, next)
+	}
+}
+
+func (dialTracker) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (dialTracker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // refusal is the error of every command once the connections are
 // severed (nil before).
 func (s *connSet) refusal() error {
