@@ -212,8 +212,8 @@ type JobStats struct {
 	// Unrecorded: completed by the ledger, still active in asynq: its
 	// worker kept the outcome and died with its host before writing it.
 	Unrecorded int
-	// AwaitingLease: active in asynq, its last run's process dead with its
-	// host (killed, or cut from Redis): asynq's lease recovery runs it again.
+	// AwaitingLease: active in asynq, its owner dead with its host (killed,
+	// or cut from Redis): asynq's lease recovery runs it again.
 	AwaitingLease int
 	// ToxicUnseen: archived as toxic with no handler run in the ledger: a
 	// worker crash injected while it was in flight, before the handler's
@@ -221,29 +221,35 @@ type JobStats struct {
 	ToxicUnseen int
 }
 
-// awaitingLease reports whether j is left to asynq's lease recovery: its
-// last run's process is gone and its host was SIGKILLed since j was
-// enqueued, or stopped while cut from Redis (the requeue it owed was lost
-// with it); or it never ran and some host was disturbed.
+// awaitingLease reports whether j is left to asynq's lease recovery: the
+// process that holds it (its owner) is gone and its host was SIGKILLed
+// since j was enqueued, or stopped while cut from Redis (the requeue it
+// owed was lost with it); or nothing names its holder and some host was
+// disturbed.
 func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 	if v.inHandler(j.id) {
 		return false // it runs now: its outcome is coming
 	}
-	pids := v.runners[j.id]
-	if len(pids) == 0 {
-		// Dequeued, never begun. Its owner (the dequeue writes it) puts
-		// it back itself once Redis answers (a lost reply: the stranded
-		// sweep), or its supervisor does once it reaped it: excused only
-		// when the owner died with its host. Without an owner field (an
-		// asynq dequeue Vigil did not see), a disturbance excuses it.
-		pid, ok := w.ownerPID(j)
-		if !ok {
+	// The process that holds it is the one its owner field names (the
+	// dequeue that made it active wrote it), whether its handler began
+	// (a run) or not: a live owner puts it back itself once Redis answers
+	// (a lost reply: the stranded sweep), a dead one's supervisor does
+	// once it reaped it. Its last run may be an earlier process's, the
+	// task requeued since and dequeued again (finding E35: the judge took
+	// that process's host for the owner's). Without an owner field (an
+	// asynq dequeue Vigil did not see), its last run's process; without
+	// either, a disturbance excuses it.
+	pid, ok := w.ownerPID(j)
+	if !ok {
+		pids := v.runners[j.id]
+		if len(pids) == 0 {
 			return w.b.anyDisturbed(j.at, time.Now())
 		}
-		pids = []int{pid}
+		pid = pids[len(pids)-1]
 	}
-	pid := pids[len(pids)-1]
-	if _, _, _, alive := stat(pid); alive {
+	// A zombie is dead: an orphan that exited is the explorer's child (its
+	// subreaper) until the explorer reaps it (finding E35).
+	if _, state, _, ok := stat(pid); ok && state != 'Z' {
 		return false
 	}
 	// Only a process that died with its host: a host that lives reaps its

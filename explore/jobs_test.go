@@ -3,6 +3,7 @@ package explore
 import (
 	"context"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sys/unix"
 
 	"github.com/vigil-dev/vigil/internal/testledger"
 )
@@ -182,5 +184,70 @@ func TestJudgeCompletedStillActive(t *testing.T) {
 	}
 	if vs := w.v.all(); len(vs) != 1 || vs[0].Invariant != 7 || !strings.Contains(vs[0].Evidence, "still shows it active") {
 		t.Fatalf("violations %v", vs)
+	}
+}
+
+// E35 (seed 95659): a task's last run was in one process, and another
+// took it since (requeued, dequeued again, never begun): its owner field
+// names the process that holds it now, and that one is judged. A crash
+// job ran in h2's worker, which crashed (h2 requeued it); h1's worker
+// dequeued it during a Redis pause and died with h1 (SIGKILL) before its
+// handler began: left to asynq's lease recovery (DESIGN §11), excused.
+// The judge took the last run's process (h2's, whose host lived) and
+// failed the seed. The other way round, a task whose last run's process
+// died with its host but that a live process holds now is not excused.
+func TestAwaitingLeaseJudgesTheOwnerNotTheLastRun(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil), rdb: rdb}
+	j := jobRec{id: "j7", queue: "a", typ: "crash", at: time.Now(), retriedAtRuns: -1}
+	ran, took := 1<<22+1, 1<<22+2 // above pid_max: gone
+	v := ledgerView{
+		runners: map[string][]int{"j7": {ran}},
+		procs:   map[string]string{strconv.Itoa(ran): "worker:a:1 h2", strconv.Itoa(took): "worker:a:0 h1", strconv.Itoa(os.Getpid()): "worker:a:0 h0"},
+	}
+	w.b.close(w.b.open("h1", whyKilled))
+
+	m.HSet("asynq:{a}:t:j7", "state", "active", "vigil_owner", "worker:a:0:"+strconv.Itoa(took))
+	if !w.awaitingLease(v, j) {
+		t.Error("a task whose owner died with its host not excused (its last run was another process's, whose host lived)")
+	}
+	v.runners["j7"] = []int{took}
+	m.HSet("asynq:{a}:t:j7", "vigil_owner", "worker:a:0:"+strconv.Itoa(os.Getpid()))
+	if w.awaitingLease(v, j) {
+		t.Error("a task a live process holds excused (its last run's process died with its host)")
+	}
+}
+
+// E35 (seed 95659): a worker that outlived its SIGKILLed host and exited
+// is the explorer's child (its subreaper) until the explorer reaps it: a
+// zombie, dead as far as its tasks go. The judge took it for alive and
+// did not excuse the task it left active.
+func TestAwaitingLeaseZombieOwnerIsDead(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Wait() }()
+	zombie := cmd.Process.Pid
+	// Wait for its exit without reaping it (WNOWAIT): a zombie.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, zombie, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, state, _, ok := stat(zombie); !ok || state != 'Z' {
+		t.Fatalf("pid %d: state %c, want a zombie", zombie, state)
+	}
+	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil), rdb: rdb}
+	j := jobRec{id: "j8", queue: "a", typ: "sleep", at: time.Now(), retriedAtRuns: -1}
+	v := ledgerView{runners: map[string][]int{"j8": {zombie}}, procs: map[string]string{strconv.Itoa(zombie): "worker:a:0 h1"}}
+	m.HSet("asynq:{a}:t:j8", "state", "active", "vigil_owner", "worker:a:0:"+strconv.Itoa(zombie))
+	w.b.close(w.b.open("h1", whyKilled))
+	if !w.awaitingLease(v, j) {
+		t.Error("a task whose owner died with its host (a zombie now) not excused")
 	}
 }
