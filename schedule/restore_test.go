@@ -125,3 +125,82 @@ func TestHostsApplyTheSameConfigurationAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// Fault explorer E37: Redis lost its data and another host wrote the
+// configured schedules again before the leader looked. The records and the
+// index's revision start again from 1 after a loss, so the leader's cache,
+// read at revision 1 before the loss, looked current: it planned from the
+// lost record's start and last tick, re-fired every tick since the
+// schedule's first creation (ticks run before the loss ran twice) and, as
+// its fires and the restored record's moved the last tick in turn, decided
+// a tick as skipped that neither enqueued (the explorer's gap). The leader
+// reads the restored schedules: nothing before the restore fires, and every
+// tick after it fires once.
+func TestRestoredByAnotherHostIsReadAgain(t *testing.T) {
+	e, a, defs := leaderFiredTwice(t)
+	if got, want := e.tasks(), tickIDs("every", secs(1, 2)...); !same(got, want) {
+		t.Fatalf("tasks before the loss %v, want %v", got, want)
+	}
+	e.loseData()
+	// Another host finds the schedules gone and writes them again at 4.5 s
+	// (its Restore, as the leader's would).
+	e.at(4500 * time.Millisecond)
+	if applied, err := e.store.ApplyConfig(e.ctx(), defs()); err != nil || !applied {
+		t.Fatalf("the other host's restore: %v, %v", applied, err)
+	}
+	for i := 5; i <= 7; i++ {
+		e.at(time.Duration(i)*time.Second + time.Millisecond)
+		a.Step(e.ctx())
+	}
+	if got, want := e.tasks(), tickIDs("every", secs(5, 7)...); !same(got, want) {
+		t.Fatalf("tasks after the loss %v, want %v (ticks from the restore on, each once)", got, want)
+	}
+}
+
+// E37, the same within one step: the data is lost and the schedules
+// written again by another host between the leader's read of the
+// revision and its fire. The fire finds the record's last tick behind the
+// one the leader read, which only a record written anew can do: the leader
+// reads the schedules again rather than planning from the lost state.
+func TestRestoredDuringAFireIsReadAgain(t *testing.T) {
+	e, a, defs := leaderFiredTwice(t)
+	lost := false
+	a.BeforeFire(func(string, time.Time) {
+		if !lost {
+			lost = true
+			e.loseData()
+			if applied, err := e.store.ApplyConfig(e.ctx(), defs()); err != nil || !applied {
+				t.Errorf("the other host's restore: %v, %v", applied, err)
+			}
+		}
+	})
+	for i := 3; i <= 5; i++ {
+		e.at(time.Duration(i)*time.Second + time.Millisecond)
+		a.Step(e.ctx())
+	}
+	if got, want := e.tasks(), tickIDs("every", secs(4, 5)...); !same(got, want) {
+		t.Fatalf("tasks after the loss %v, want %v (ticks from the restore at 3.001 s on, each once)", got, want)
+	}
+}
+
+// leaderFiredTwice is an env with the configured schedule "every" (each
+// second, catch_up all) and its leader a, whose Restore writes it again,
+// after a fired the ticks at 1 s and 2 s.
+func leaderFiredTwice(t *testing.T) (*env, *schedule.Scheduler, func() []schedule.Definition) {
+	t.Helper()
+	e := newEnv(t)
+	defs := func() []schedule.Definition {
+		return []schedule.Definition{{Name: "every", Spec: "@every 1s", Queue: e.q, Type: "report", CatchUp: schedule.CatchUpAll}}
+	}
+	if applied, err := e.store.ApplyConfig(e.ctx(), defs()); err != nil || !applied {
+		t.Fatalf("ApplyConfig: %v, %v", applied, err)
+	}
+	a := e.scheduler("a", true, func(c *schedule.Config) {
+		c.Restore = func(ctx context.Context) (bool, error) { return e.store.ApplyConfig(ctx, defs()) }
+	})
+	for i := 1; i <= 2; i++ {
+		e.at(time.Duration(i)*time.Second + time.Millisecond)
+		a.Step(e.ctx())
+	}
+	return e, a, defs
+}

@@ -416,6 +416,14 @@ func (s *Scheduler) decide(ctx context.Context, c *cached, now time.Time) (moved
 			if i > 0 {
 				s.missed(ctx, pipe, v, p, firedMissed)
 			}
+			if last.Before(c.v.LastTick) {
+				// A record's last tick only moves on, unless the record
+				// was written anew: Redis lost its data and the
+				// schedule was restored since it was read (E37). Its
+				// start moved too: read it again, never plan from the
+				// lost state.
+				return false, errStale
+			}
 			c.v.LastTick = last
 			return true, nil
 		default: // stale, paused, gone
@@ -434,6 +442,9 @@ func (s *Scheduler) decide(ctx context.Context, c *cached, now time.Time) (moved
 		case resSkipped:
 			c.v.LastTick = p.skipTo
 		case resMoved:
+			if last.Before(c.v.LastTick) {
+				return false, errStale // written anew since it was read, as above
+			}
 			c.v.LastTick = last
 			return true, nil
 		default:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -192,7 +193,37 @@ func (s *Store) get(ctx context.Context, q, name string) (View, error) {
 
 // bump tells the leader that schedules changed.
 func (s *Store) bump(ctx context.Context) error {
-	return s.rdb().HIncrBy(ctx, s.keys().Schedules(), health.ScheduleRevField, 1).Err()
+	return bumpScript.Run(ctx, s.rdb(), []string{s.keys().Schedules()}, health.ScheduleRevField, newRevBase()).Err()
+}
+
+// bumpIn is bump as part of pipe's round trip (EVAL: a pipeline cannot
+// fall back from EVALSHA on NOSCRIPT).
+func (s *Store) bumpIn(ctx context.Context, pipe redis.Pipeliner) {
+	bumpScript.Eval(ctx, pipe, []string{s.keys().Schedules()}, health.ScheduleRevField, newRevBase())
+}
+
+// bumpScript moves the index's revision on by one; an index without one
+// (never written, or lost with Redis's data) starts from a random base, not
+// from 1. A revision is the leader's only sign that its cached schedules are
+// stale: after a data loss the schedules written again would count from 1
+// as the lost ones did, and a leader that had read revision 1 before the
+// loss kept planning from the lost records' start and last tick (fault
+// explorer E37: every tick since the first creation fired again).
+//
+// KEYS: index. ARGV: revision field, base.
+var bumpScript = redis.NewScript(`
+if redis.call("HEXISTS", KEYS[1], ARGV[1]) == 0 then
+	redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
+	return ARGV[2]
+end
+return redis.call("HINCRBY", KEYS[1], ARGV[1], 1)`)
+
+// newRevBase is a random first revision: below 2^52, so that a billion
+// bumps stay an integer Redis and Lua hold exactly.
+func newRevBase() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:]) >> 12)
 }
 
 // Create adds schedule d (checked first; a taken name is a *FieldError
@@ -331,7 +362,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	}
 	pipe := s.rdb().Pipeline()
 	pipe.HDel(ctx, s.keys().Schedules(), name)
-	pipe.HIncrBy(ctx, s.keys().Schedules(), health.ScheduleRevField, 1)
+	s.bumpIn(ctx, pipe)
 	pipe.Del(ctx, asynqHistoryKey(entryID(s.keys().Prefix, name)))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("delete schedule %s: %w", name, err)
