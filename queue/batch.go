@@ -13,7 +13,19 @@ const maxBatch = 256
 type writeReq struct {
 	what, task string
 	fill       func(context.Context, redis.Pipeliner)
-	sent       chan struct{} // closed once written, if not nil
+	// sent, if not nil, is told once whether Redis took the write (true:
+	// written, or refused with an error, which no retry changes) or never
+	// will (false: dropped). A write held while Redis is away is told
+	// only once it is sent.
+	sent chan bool
+}
+
+// answer tells r's waiter, if any, whether r was written.
+func (r *writeReq) answer(written bool) {
+	if r.sent != nil {
+		r.sent <- written
+		r.sent = nil
+	}
 }
 
 // maxHeldWrites bounds the bookkeeping writes held while Redis is away;
@@ -30,7 +42,11 @@ const maxHeldWrites = 10_000
 // While the worker cannot reach Redis (the link is not up) the writes are
 // held, in order, and sent once it is; a round trip that gets no reply is
 // held too (sent again: an event whose reply was lost may then appear
-// twice). One that Redis refuses is logged and dropped.
+// twice). One that Redis refuses is logged and dropped. A handler whose
+// processing record is held waits for it (fault explorer E39): a handler
+// that began with its record held and crashed the process left no record
+// of its run, its crash was not counted against the task, and a toxic task
+// ran once more than job_crash_retries allows.
 type batcher struct {
 	w    *worker
 	reqs chan writeReq
@@ -87,8 +103,8 @@ func (b *batcher) run() {
 }
 
 // send writes held, maxBatch at a time, while the link is up; it returns
-// what is still held (the processing records among them are not waited
-// for: their handlers go on).
+// what is still held (the handlers of the processing records among them
+// wait).
 func (b *batcher) send(held []writeReq) []writeReq {
 	for len(held) > 0 && b.w.link.isUp() {
 		n := min(len(held), maxBatch)
@@ -97,15 +113,13 @@ func (b *batcher) send(held []writeReq) []writeReq {
 		}
 		held = held[n:]
 	}
-	for i := range held {
-		if held[i].sent != nil {
-			close(held[i].sent)
-			held[i].sent = nil
-		}
-	}
+	defer func() { b.w.metrics.RecordsHeld.Store(int64(len(held))) }()
 	if over := len(held) - maxHeldWrites; over > 0 {
 		b.w.metrics.RecordsDropped.Add(int64(over))
 		b.w.log.Error("redis away too long: oldest task records dropped", "dropped", over, "held", maxHeldWrites)
+		for i := range held[:over] {
+			held[i].answer(false)
+		}
 		held = append(held[:0], held[over:]...)
 	}
 	return held
@@ -116,6 +130,9 @@ func (b *batcher) last(held []writeReq) {
 	if held = b.send(held); len(held) > 0 {
 		b.w.metrics.RecordsDropped.Add(int64(len(held)))
 		b.w.log.Error("stopping with task records redis did not take", "dropped", len(held))
+		for i := range held {
+			held[i].answer(false)
+		}
 	}
 }
 
@@ -141,10 +158,7 @@ func (b *batcher) flush(batch []writeReq) bool {
 		}
 	}
 	for i := range batch {
-		if batch[i].sent != nil {
-			close(batch[i].sent)
-			batch[i].sent = nil
-		}
+		batch[i].answer(true)
 	}
 	return true
 }

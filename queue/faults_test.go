@@ -176,6 +176,11 @@ func TestOutageKeepsOutcomes(t *testing.T) {
 	c := e.client()
 	held := e.enqueue(c, "hold", "", asynq.Retention(time.Hour))
 	w.untilJob(held, processing)
+	// Its handler has begun: the processing event in Redis does not say
+	// the worker got the record's reply before the fault (it waits for it).
+	if got := receive(t, r.seen); got != held {
+		t.Fatalf("handler began %s, want %s", got, held)
+	}
 
 	p.Refuse(true)
 	p.Cut()
@@ -306,6 +311,11 @@ func TestRedisRefusesWrites(t *testing.T) {
 	c := e.client()
 	held := e.enqueue(c, "hold", "", asynq.Retention(time.Hour))
 	w.untilJob(held, processing)
+	// Its handler has begun: the processing event in Redis does not say
+	// the worker got the record's reply before the fault (it waits for it).
+	if got := receive(t, r.seen); got != held {
+		t.Fatalf("handler began %s, want %s", got, held)
+	}
 	waiting := e.enqueue(c, "job", "", asynq.Retention(time.Hour)) // concurrency 1: it waits for held
 	ctx := context.Background()
 	if err := e.Client.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
@@ -352,6 +362,11 @@ func TestReadOnlyAfterFailover(t *testing.T) {
 	c := e.client()
 	held := e.enqueue(c, "hold", "", asynq.Retention(time.Hour))
 	w.untilJob(held, processing)
+	// Its handler has begun: the processing event in Redis does not say
+	// the worker got the record's reply before the fault (it waits for it).
+	if got := receive(t, r.seen); got != held {
+		t.Fatalf("handler began %s, want %s", got, held)
+	}
 	waiting := e.enqueue(c, "job", "", asynq.Retention(time.Hour)) // concurrency 1: it waits for held
 	// Failover: the other server becomes a replica of the worker's, then
 	// master; the worker's server a replica of it.

@@ -62,6 +62,9 @@ type Metrics struct {
 	// RecordsDropped counts bookkeeping writes (events, running records)
 	// dropped while Redis was away, past the bound of those held.
 	RecordsDropped atomic.Int64
+	// RecordsHeld is how many bookkeeping writes wait for Redis now (a
+	// gauge); a handler whose running record is among them has not begun.
+	RecordsHeld atomic.Int64
 
 	refusedMu sync.Mutex
 	refused   map[string]int64
@@ -118,6 +121,7 @@ func (m *Metrics) Snapshot() map[string]int64 {
 		"kept_dropped":        m.KeptDropped.Load(),
 		"lease_recovery_skip": m.LeaseRecoverySkips.Load(),
 		"records_dropped":     m.RecordsDropped.Load(),
+		"records_held":        m.RecordsHeld.Load(),
 	}
 }
 

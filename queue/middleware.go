@@ -63,7 +63,16 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 	if w.runs.handedBack(hr) {
 		return context.Canceled // handed back by asynq's shutdown while it waited
 	}
-	w.begin(ctx, j)
+	if !w.begin(ctx, j) {
+		// Not on record: the handler does not begin (E39). asynq gave up
+		// on the task meanwhile (its deadline, its shutdown), or Redis was
+		// away so long that the record was dropped.
+		err := ctx.Err()
+		if err == nil {
+			err = errNotRecorded
+		}
+		return w.finish(ctx, j, err)
+	}
 	if names := w.declared[t.Type()]; len(names) > 0 && w.allPublished(ctx, id, names) {
 		// An earlier run published everything this task makes, and then
 		// died or lost its outcome: done, without running it again.
@@ -130,12 +139,17 @@ func (w *worker) toxic(ctx context.Context, j *job) error {
 	return terr
 }
 
+// errNotRecorded ends a task whose running record Redis never took.
+var errNotRecorded = errors.New("the task's running record could not be written: its handler did not begin")
+
 // begin records the task as running and announces it, before the handler
-// runs (in a round trip it may share with other tasks').
-func (w *worker) begin(ctx context.Context, j *job) {
-	octx, cancel := opCtx(ctx)
-	defer cancel()
-	sent := make(chan struct{})
+// runs (in a round trip it may share with other tasks'), and reports
+// whether the record is in Redis. It waits while Redis is away: a handler
+// that began without its record and crashed the process would leave no
+// trace of its run, and its crash would not count against the task (fault
+// explorer E39). It gives up when ctx ends (asynq gave up on the task).
+func (w *worker) begin(ctx context.Context, j *job) bool {
+	sent := make(chan bool, 1)
 	w.current.change(j.id, true, func(cur currentChange) {
 		ev := w.event(j, StateProcessing)
 		cur.mark(&ev)
@@ -148,9 +162,10 @@ func (w *worker) begin(ctx context.Context, j *job) {
 		}})
 	})
 	select {
-	case <-sent:
-	case <-octx.Done():
-	case <-ctx.Done(): // asynq gave up on the task (its shutdown): the handler will not run long
+	case written := <-sent:
+		return written
+	case <-ctx.Done(): // asynq gave up on the task (its deadline, its shutdown)
+		return false
 	}
 }
 

@@ -228,6 +228,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	w.hook.records = w.store.GetMany
 	w.link.onTrans = w.logLink
 	rdb.AddHook(w.hook)
+	w.hook.conns.track(rdb) // a cluster's node connections too: the shutdown bound severs them
 	// A worker waits for Redis rather than exiting (an exit would count as
 	// a crash of a healthy process): it starts with the link down, takes
 	// no task, and carries on once Redis answers. A Redis that answers
