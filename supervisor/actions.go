@@ -99,6 +99,8 @@ func refusal(w *worker, ev event) error {
 		return fmt.Errorf("%s: %w", w.id, ErrSlotMoving)
 	case stWaitingOld:
 		return fmt.Errorf("%s: %w (waiting for its previous process to exit)", w.id, health.ErrTransition)
+	case stWaitingStart:
+		return fmt.Errorf("%s: %w (waiting for host %s to stop the process it was starting)", w.id, health.ErrTransition, w.rec.Host)
 	}
 	to := health.StatusStopped
 	switch ev {
@@ -124,7 +126,7 @@ func (s *Supervisor) restartLocal(ctx context.Context, id health.ComponentID) (h
 		switch {
 		case w.state == stRunning || w.state == stStopping:
 			s.stopWorker(t, "operator restart", false, &later{f: s.restartThen(w, reply), restart: true})
-		case s.leaseStale(w):
+		case s.startUnsafe(w):
 			reply(errLeaseStale) // nothing changed (E32)
 		case w.state == stIdle:
 			failed := w.rec.Status == health.StatusFailed
@@ -153,13 +155,13 @@ func (s *Supervisor) restartThen(w *worker, reply func(error)) func(error) {
 			reply(err)
 		case s.shuttingDown:
 			reply(ErrStopped)
-		case w.state == stRunning:
-			reply(nil) // an earlier restart queued with this one started it
+		case w.state == stRunning, w.state == stBackoff:
+			reply(nil) // an earlier restart queued with this one started it, or holds its start (E32, E40)
 		case w.state != stIdle:
 			reply(refusal(w, evOpRestart))
 		default:
 			t, _ := s.begin(w, evOpRestart)
-			if s.leaseStale(w) {
+			if s.startUnsafe(w) {
 				// Stopped already: the start waits for the lease (E32).
 				s.holdStart(t)
 				reply(nil)
@@ -201,7 +203,7 @@ func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, rest
 		}
 		s.disarm(w, timerRestart)
 		t.to(stIdle)
-		if restart && s.leaseStale(w) {
+		if restart && s.startUnsafe(w) {
 			reply(errLeaseStale) // reset and held; started by the operator once Redis answers (E32)
 			return
 		}

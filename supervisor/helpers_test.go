@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -363,16 +365,45 @@ func (l *logSink) mark() int {
 	return len(l.lines)
 }
 
+// find returns the index of the first line from index from on that
+// contains every one of parts, if there is one now.
+func (l *logSink) find(from int, parts ...string) (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := from; i < len(l.lines); i++ {
+		if containsAll(l.lines[i], parts) {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
 // wait returns the index of the first line from index from on that
 // contains every one of parts, waiting for it up to timeout.
 func (l *logSink) wait(tb testing.TB, from int, timeout time.Duration, parts ...string) int {
+	tb.Helper()
+	return l.waitLine(tb, from, timeout, fmt.Sprintf("with %q", parts), func(line string) bool { return containsAll(line, parts) })
+}
+
+// waitAny returns the index of the first line from index from on that
+// contains one of parts, waiting for it up to timeout.
+func (l *logSink) waitAny(tb testing.TB, from int, timeout time.Duration, parts ...string) int {
+	tb.Helper()
+	return l.waitLine(tb, from, timeout, fmt.Sprintf("with any of %q", parts), func(line string) bool {
+		return slices.ContainsFunc(parts, func(p string) bool { return strings.Contains(line, p) })
+	})
+}
+
+// waitLine returns the index of the first line from index from on that
+// match accepts, waiting for it up to timeout (what describes the line).
+func (l *logSink) waitLine(tb testing.TB, from int, timeout time.Duration, what string, match func(string) bool) int {
 	tb.Helper()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
 		l.mu.Lock()
 		for i := from; i < len(l.lines); i++ {
-			if containsAll(l.lines[i], parts) {
+			if match(l.lines[i]) {
 				l.mu.Unlock()
 				return i
 			}
@@ -383,7 +414,7 @@ func (l *logSink) wait(tb testing.TB, from int, timeout time.Duration, parts ...
 		select {
 		case <-changed:
 		case <-timer.C:
-			tb.Fatalf("no log line with %q within %s", parts, timeout)
+			tb.Fatalf("no log line %s within %s", what, timeout)
 			return -1
 		}
 	}

@@ -13,9 +13,10 @@ import (
 type timerKind int
 
 const (
-	timerCheck   timerKind = iota // heartbeat deadline / start timeout
-	timerRestart                  // backoff elapsed
-	timerKill                     // stop_timeout elapsed: SIGKILL
+	timerCheck     timerKind = iota // heartbeat deadline / start timeout
+	timerRestart                    // backoff elapsed
+	timerKill                       // stop_timeout elapsed: SIGKILL
+	timerStartGone                  // a start in flight had the time to be stopped (waiting_start)
 	numTimers
 )
 
@@ -158,13 +159,17 @@ func (s *Supervisor) onTimer(m timerMsg) {
 		if !ok {
 			return
 		}
-		if s.leaseStale(w) {
+		if s.startUnsafe(w) {
 			s.holdStart(t)
 			return
 		}
 		s.cfg.Metrics.Restart(w.id.Queue, "backoff")
 		if err := s.spawn(t, health.ActorMonitor, false); err != nil {
 			s.keepOperatorState(t, err)
+		}
+	case timerStartGone:
+		if t, ok := s.begin(w, evStartGone); ok {
+			s.onStartGone(t)
 		}
 	case timerKill:
 		if _, ok := s.begin(w, evStopTimeout); ok {

@@ -14,11 +14,13 @@ import (
 )
 
 // TestCrashDuringOutageDoesNotCascadeToFailed (issue 12, defect 4,
-// supervisor side): one worker crashes while Redis is away; each
-// replacement started during the outage gives up at once for want of
-// Redis. Only the first crash is real: the replacements' exits are not
-// counted, the worker does not end failed, and it runs again once Redis
-// is back.
+// supervisor side; fault explorer E40): one worker crashes while Redis is
+// away. Its crash is real and counted; no replacement starts until Redis
+// answers (before E40 replacements started during the outage, each giving
+// up at once for want of Redis, and a start the starting record could not
+// reach Redis for could run beside another host's once this host's lease
+// lapsed). The worker does not end failed, and it runs again once Redis is
+// back.
 func TestCrashDuringOutageDoesNotCascadeToFailed(t *testing.T) {
 	t.Parallel()
 	srv := testredis.StartServer(t)
@@ -36,24 +38,15 @@ func TestCrashDuringOutageDoesNotCascadeToFailed(t *testing.T) {
 	id := health.ComponentID{Queue: "q"}
 	h.start()
 	first := h.waitFor(id, isStatus(health.StatusHealthy))
-
 	mark := h.logs.mark()
 	srv.Save()
 	srv.Stop()
 	h.logs.wait(t, mark, waitTimeout, "redis unreachable")
 	kill(t, first.PID)
-	// Wait for four replacements to have started and given up (or for the
-	// worker to fail, which is the defect).
-	for n := 0; n < 4; n++ {
-		i := h.logs.wait(t, mark, waitTimeout, "component="+id.String(), "worker ")
-		line := h.logs.line(i)
-		mark = i + 1
-		switch {
-		case strings.Contains(line, `msg="worker failed"`):
-			t.Errorf("the worker failed during the outage: %s", line)
-			n = 4
-		case !strings.Contains(line, `msg="worker crashed"`):
-			n--
+	i := h.logs.wait(t, mark, waitTimeout, "component="+id.String(), "start held")
+	for j := mark; j <= i; j++ {
+		if line := h.logs.line(j); strings.Contains(line, `msg="worker started"`) || strings.Contains(line, `msg="worker failed"`) {
+			t.Errorf("during the outage: %s", line)
 		}
 	}
 	mark = h.logs.mark()

@@ -51,8 +51,31 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedA
 				s.afterOld(t, rec.PID, true)
 				return
 			}
+			if rec.PID <= 0 && rec.Status == health.StatusStarting {
+				// It learns the slot is another's at its next renewal, a
+				// third of a lease at most, and kills the process within
+				// stop_timeout.
+				s.afterInFlight(t, "host "+rec.Host+" lost while starting a process whose pid it never recorded",
+					rec.Host, s.cfg.Lease/3+s.cfg.StopTimeout+staleMargin)
+				return
+			}
 			_ = s.spawn(t, health.ActorTakeover, false)
 			return
+		}
+		if rec.PID <= 0 && rec.Status == health.StatusStarting && rec.Instance != "" && rec.Instance != s.cfg.Instance {
+			// This host's earlier instance was starting a process and
+			// died before it recorded the pid (review of E36): that
+			// process runs on this machine until its parent-death stop
+			// ends it. Found, it is waited for as one whose pid was
+			// recorded; not found (or not yet exec'd), it is given
+			// stop_timeout to go.
+			if pid := s.spawnedBy(id, rec.Instance); pid > 0 {
+				rec.PID = pid
+			} else {
+				s.afterInFlight(t, "this host's earlier instance "+rec.Instance+" died while starting a process whose pid it never recorded",
+					rec.Host, s.cfg.StopTimeout+staleMargin)
+				return
+			}
 		}
 		to := health.StatusCrashed
 		if rec.Status == health.StatusStopping {
@@ -128,15 +151,91 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 	}()
 }
 
+// afterInFlight starts t's worker, taken over while a start was in
+// flight (its record says starting and names no pid), only once the
+// process that start made has had the time, delay, to be stopped by its
+// own host (fault explorer E36, invariant 1). Such a record is a spawn in
+// flight: its host writes it, then starts the process, then records its
+// pid. Its lease was gone in between; the process it started may run, and
+// no pid says where (on another machine nothing could): h0 started its own
+// worker at once while h1's lived. That host learns the slot is another's
+// at its pid write (refused, as its lease is ours) or at its next
+// renewal, and SIGKILLs the process within stop_timeout.
+//
+// The worker waits in waiting_start, not in backoff (review of E36): an
+// operator restart or reset of a worker in backoff starts it at once, and
+// a release or a shutdown let it go and wrote the record stopped, which
+// the next holder started at once. In waiting_start the table refuses the
+// operator's actions, and nothing is written for the slot: the record
+// still says a start is in flight, so a release, a shutdown (which ends
+// the wait: Stop stays bounded, invariant 6) or a loss of Redis's data
+// (the record is written back as it was) leaves the wait to whoever holds
+// the slot next.
+func (s *Supervisor) afterInFlight(t step, why, from string, delay time.Duration) {
+	w := t.w
+	t.to(stWaitingStart)
+	s.logw(w).Warn(why+": waiting for it to stop that process", "from", from, "start_in", delay)
+	s.arm(w, timerStartGone, delay)
+}
+
+// onStartGone starts t's worker (waiting_start) once the start in flight
+// had the time to be stopped: the record is written crashed over it, then
+// the worker started (a takeover's start, not a crash's).
+func (s *Supervisor) onStartGone(t step) {
+	w := t.w
+	from := w.rec.Host
+	w.rec.Status, w.rec.Reason = health.StatusCrashed, "host "+from+" was starting a process when it lost the slot: given the time to stop it"
+	if err := s.write(w, health.Write{Actor: health.ActorTakeover, NoCheck: true}); err != nil {
+		return // the slot is another's: fenced once this event is handled
+	}
+	// Not renewed for a lease while it waited: no start until a renewal
+	// (E32).
+	if s.startUnsafe(w) {
+		s.holdStart(t)
+		return
+	}
+	err := s.spawn(t, health.ActorTakeover, false)
+	if err != nil && !s.keepOperatorState(t, err) && w.state == stWaitingStart {
+		t.to(stIdle)
+	}
+}
+
+// spawnedBy finds, on this machine, the worker process of slot id that
+// instance started: a process group leader that is a worker of id, of this
+// cluster and of a spawn of that instance (workerOf); 0 if none.
+func (s *Supervisor) spawnedBy(id health.ComponentID, instance string) int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if pgid, err := syscall.Getpgid(pid); err == nil && pgid == pid && s.workerOf(pid, id, instance) {
+			return pid
+		}
+	}
+	return 0
+}
+
 // foreignWorkerAlive reports whether rec's process, of another host, runs
-// on this machine: its pid is alive here, and its environment names the
-// slot, this cluster's key prefix and, when the record has one, the
-// record's instance (a pid reused by anything else is not taken for it).
+// on this machine (workerOf its slot and, when the record has one, its
+// instance: a pid reused by anything else is not taken for it).
 func (s *Supervisor) foreignWorkerAlive(rec health.Component) bool {
-	if rec.PID <= 0 || !ownedProcessAlive(rec.PID, rec.ID) {
+	return rec.PID > 0 && s.workerOf(rec.PID, rec.ID, rec.Instance)
+}
+
+// workerOf reports whether pid is alive here and its environment names
+// slot id, this cluster's key prefix and, unless instance is "", a spawn
+// of that instance.
+func (s *Supervisor) workerOf(pid int, id health.ComponentID, instance string) bool {
+	if !ownedProcessAlive(pid, id) {
 		return false
 	}
-	env, err := os.ReadFile("/proc/" + strconv.Itoa(rec.PID) + "/environ")
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
 		return false
 	}
@@ -144,7 +243,7 @@ func (s *Supervisor) foreignWorkerAlive(rec health.Component) bool {
 	if !strings.Contains(vars, "\x00"+health.EnvPrefix+"="+s.store.Keys().Prefix+"\x00") {
 		return false
 	}
-	return rec.Instance == "" || strings.Contains(vars, "\x00"+health.EnvSpawn+"="+rec.Instance+".")
+	return instance == "" || strings.Contains(vars, "\x00"+health.EnvSpawn+"="+instance+".")
 }
 
 func (s *Supervisor) onGone(m goneMsg) {
@@ -160,6 +259,14 @@ func (s *Supervisor) onGone(m goneMsg) {
 	s.recoverTasks(w, m.pid, "supervisor_restart")
 	if s.shuttingDown {
 		t.to(stIdle)
+		return
+	}
+	// Not renewed for a lease while it waited (Redis away, or this host
+	// too slow to renew): the lease may have lapsed and the slot be
+	// another host's, which starts it too (E36). No start until a renewal,
+	// as for any start (E32).
+	if s.startUnsafe(w) {
+		s.holdStart(t)
 		return
 	}
 	s.spawnOver(t, m.pid)

@@ -59,8 +59,11 @@ func (s *Supervisor) release(w *worker, reason string) {
 		t.to(stReleasing)
 	case stStopping:
 		t.to(stReleasing)
-	case stIdle, stBackoff:
+	case stIdle, stBackoff, stWaitingStart:
+		// waiting_start: the record (starting, no pid) is left to
+		// the next holder, which waits for that start in turn.
 		s.disarm(w, timerRestart)
+		s.disarm(w, timerStartGone)
 		if w.rec.Status == health.StatusCrashed {
 			w.rec.Status, w.rec.Held, w.rec.Reason = health.StatusStopped, false, reason
 			_ = s.write(w, health.Write{Actor: health.ActorMonitor})
@@ -174,7 +177,7 @@ func (s *Supervisor) fence(w *worker) {
 	s.disarm(w, timerCheck)
 	s.disarm(w, timerRestart)
 	switch w.state {
-	case stIdle, stBackoff, stWaitingOld:
+	case stIdle, stBackoff, stWaitingOld, stWaitingStart:
 		s.forget(t, false)
 		return
 	}

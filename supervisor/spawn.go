@@ -67,18 +67,30 @@ func (s *Supervisor) leaseStale(w *worker) bool {
 	return !w.heldAt.IsZero() && time.Since(w.heldAt) >= s.cfg.Lease
 }
 
-// holdStart puts t's start off until the slot's lease is renewed: the
-// worker waits in backoff, its restart timer checking every third of a
-// lease.
+// startUnsafe reports whether no process may start for w now: Redis is
+// away, or w's slot lease has not been renewed for a lease (leaseStale,
+// E32). While Redis is away the starting record cannot name the process:
+// a host that takes the slot once this host's lease lapses finds no
+// process to wait for and starts its own (fault explorer E40: a crashed
+// worker restarted while Redis did not answer this host ran beside the
+// next holder's). A worker needs Redis to do anything anyway.
+func (s *Supervisor) startUnsafe(w *worker) bool {
+	return s.redis.down() || s.leaseStale(w)
+}
+
+// holdStart puts t's start off until Redis answers and the slot's lease is
+// renewed: the worker waits in backoff, its restart timer checking every
+// third of a lease.
 func (s *Supervisor) holdStart(t step) {
-	s.logw(t.w).Info("start held: the slot's lease not renewed for a lease", "since", time.Since(t.w.heldAt).Round(time.Millisecond))
+	s.logw(t.w).Info("start held: Redis away or the slot's lease not renewed for a lease",
+		"redis_down", s.redis.down(), "since", time.Since(t.w.heldAt).Round(time.Millisecond))
 	s.arm(t.w, timerRestart, s.cfg.Lease/3)
 	t.to(stBackoff)
 }
 
-// errLeaseStale answers an operator's start while the slot's lease has not
-// been renewed for a lease (see leaseStale).
-var errLeaseStale = fmt.Errorf("%w: its lease has not been renewed for a lease (Redis was away); try again once it answers", ErrSlotMoving)
+// errLeaseStale answers an operator's start while Redis is away or the
+// slot's lease has not been renewed for a lease (see startUnsafe).
+var errLeaseStale = fmt.Errorf("%w: Redis is away, or the slot's lease has not been renewed for a lease; try again once it answers", ErrSlotMoving)
 
 // spawn starts w's process (t's worker, idle or in backoff). writeRestarts
 // writes the restart history with the record (an operator restart of a

@@ -46,12 +46,22 @@ const (
 	// slot still lives (this host's earlier instance, or a lost host's
 	// process on this machine, which is stopped); started once it is gone.
 	stWaitingOld
+	// stWaitingStart: adopted over a start in flight whose process no pid
+	// names (another host's, or this host's earlier instance's not found
+	// on this machine): that process may run, and only its own host can
+	// stop it (E36). No process here; the record is left as it was
+	// (starting, that host's, no pid), so that whoever holds the slot next
+	// waits too; one timer (timerStartGone) starts it once that host has
+	// had the time to stop what it started. Operator actions are refused
+	// (they would start a second process); a release or a shutdown ends
+	// the wait without a start and leaves the record to the next holder.
+	stWaitingStart
 	// stGone: forgotten, no longer in the monitor's map (terminal). A
 	// callback still holding the worker sees it here.
 	stGone
 )
 
-var stateNames = [...]string{"idle", "backoff", "running", "stopping", "releasing", "fenced", "waiting_old", "gone"}
+var stateNames = [...]string{"idle", "backoff", "running", "stopping", "releasing", "fenced", "waiting_old", "waiting_start", "gone"}
 
 func (s workerState) String() string {
 	if int(s) < len(stateNames) {
@@ -70,6 +80,7 @@ const (
 	evBackoffDone              // the restart timer fell due
 	evStopTimeout              // stop_timeout passed: SIGKILL
 	evOldGone                  // an earlier supervisor's process is gone
+	evStartGone                // a start in flight whose process no pid names had the time to be stopped
 	evOpRestart                // operator restart (or its queued half, once the old process stopped)
 	evOpStop                   // operator stop (held)
 	evOpReset                  // operator reset
@@ -80,7 +91,7 @@ const (
 	evOpRemove                 // operator removes a stopped slot beyond its pool (its keys go)
 )
 
-var eventNames = [...]string{"adopt", "exit", "check", "backoff_done", "stop_timeout", "old_gone",
+var eventNames = [...]string{"adopt", "exit", "check", "backoff_done", "stop_timeout", "old_gone", "start_gone",
 	"operator_restart", "operator_stop", "operator_reset", "shutdown", "release", "fence", "rewrite", "operator_remove"}
 
 func (e event) String() string {
@@ -102,7 +113,7 @@ func states(s ...workerState) []workerState { return s }
 // machine"). An event is legal in a state only if a rule lists it; the
 // handler may then leave the worker only in one of the rule's states.
 var workerRules = []workerRule{
-	{evAdopt, states(stIdle), states(stRunning, stIdle, stBackoff, stWaitingOld)},
+	{evAdopt, states(stIdle), states(stRunning, stIdle, stBackoff, stWaitingOld, stWaitingStart)},
 	{evExit, states(stRunning), states(stBackoff, stIdle)},  // a crash: restart timer, or failed, or shutting down
 	{evExit, states(stStopping), states(stIdle)},            // stopped; a queued restart starts it as its own event
 	{evExit, states(stReleasing, stFenced), states(stGone)}, // the slot is another host's now
@@ -112,20 +123,21 @@ var workerRules = []workerRule{
 	{evStopTimeout, states(stReleasing), states(stReleasing)}, // SIGKILL
 	{evStopTimeout, states(stFenced), states(stFenced)},       // SIGKILL
 	{evOldGone, states(stWaitingOld), states(stRunning, stBackoff, stIdle)},
+	{evStartGone, states(stWaitingStart), states(stRunning, stBackoff, stIdle)},
 	{evOpRestart, states(stRunning, stStopping), states(stStopping)}, // stop first; the start is queued
 	{evOpRestart, states(stIdle, stBackoff), states(stRunning, stBackoff, stIdle)},
 	{evOpStop, states(stRunning, stStopping), states(stStopping)},
 	{evOpStop, states(stIdle, stBackoff), states(stIdle)},
 	{evOpReset, states(stIdle, stBackoff), states(stIdle, stRunning, stBackoff)},
 	{evShutdown, states(stRunning, stStopping), states(stStopping)},
-	{evShutdown, states(stBackoff, stIdle), states(stIdle)},
+	{evShutdown, states(stBackoff, stIdle, stWaitingStart), states(stIdle)},                                // a wait for a start in flight ends: the record makes the next holder wait
 	{evShutdown, states(stReleasing, stFenced, stWaitingOld), states(stReleasing, stFenced, stWaitingOld)}, // already on their way
 	{evRelease, states(stRunning, stStopping), states(stReleasing)},                                        // a stop in flight goes on and ends the release
-	{evRelease, states(stIdle, stBackoff), states(stGone)},
-	{evFence, states(stRunning, stStopping, stReleasing), states(stFenced)}, // once: a fenced worker is not fenced again
-	{evFence, states(stIdle, stBackoff, stWaitingOld), states(stGone)},
-	{evRewrite, states(stIdle, stBackoff, stRunning, stStopping, stReleasing, stWaitingOld),
-		states(stIdle, stBackoff, stRunning, stStopping, stReleasing, stWaitingOld)}, // nothing moves
+	{evRelease, states(stIdle, stBackoff, stWaitingStart), states(stGone)},                                 // the record makes the next holder wait
+	{evFence, states(stRunning, stStopping, stReleasing), states(stFenced)},                                // once: a fenced worker is not fenced again
+	{evFence, states(stIdle, stBackoff, stWaitingOld, stWaitingStart), states(stGone)},
+	{evRewrite, states(stIdle, stBackoff, stRunning, stStopping, stReleasing, stWaitingOld, stWaitingStart),
+		states(stIdle, stBackoff, stRunning, stStopping, stReleasing, stWaitingOld, stWaitingStart)}, // nothing moves
 	{evOpRemove, states(stIdle), states(stGone, stIdle)}, // removed, or refused by Redis (kept)
 }
 

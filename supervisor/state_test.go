@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-var allStates = []workerState{stIdle, stBackoff, stRunning, stStopping, stReleasing, stFenced, stWaitingOld, stGone}
+var allStates = []workerState{stIdle, stBackoff, stRunning, stStopping, stReleasing, stFenced, stWaitingOld, stWaitingStart, stGone}
 
 // Each (event, state) pair has at most one rule, so that "is this event
 // legal here, and where may it lead" has one answer.
@@ -41,6 +41,10 @@ func TestWorkerRulesHoldTheInvariants(t *testing.T) {
 		{evOpReset, stFenced, false, "a fenced host writes nothing for the slot (defect 1)"},
 		{evOpRestart, stWaitingOld, false, "never two processes for one slot"},
 		{evRelease, stWaitingOld, false, "the slot is not given away while an old process lives"},
+		{evOpRestart, stWaitingStart, false, "never two processes for one slot: a start in flight may run (E36)"},
+		{evOpReset, stWaitingStart, false, "never two processes for one slot: a reset may start (E36)"},
+		{evBackoffDone, stWaitingStart, false, "no backoff timer starts it: only the wait's own (E36)"},
+		{evShutdown, stWaitingStart, true, "a shutdown ends the wait (invariant 6); the record makes the next holder wait"},
 		{evShutdown, stFenced, true, "shutdown leaves a fenced worker to its kill (and writes nothing)"},
 		{evRewrite, stFenced, false, "a fenced worker's record is the new owner's"},
 		{evOpReset, stRunning, false, "reset needs the worker down"},

@@ -83,17 +83,26 @@ func (s *Supervisor) stopTimeout(w *worker) {
 }
 
 // shutdown stops every running worker in parallel and cancels every
-// restart timer (host shutdown). Workers already stopping, releasing,
-// fenced or waiting for an old process go on as they are.
+// restart timer (host shutdown), and ends every wait for a start in
+// flight. Workers already stopping, releasing, fenced or waiting for an
+// old process go on as they are.
 func (s *Supervisor) shutdown() {
 	s.shuttingDown = true
 	for _, id := range s.ids() {
 		w := s.workers[id]
-		if w.state != stRunning && w.state != stBackoff {
-			continue
-		}
-		if t, ok := s.begin(w, evShutdown); ok {
-			s.stopWorker(t, "host shutdown", false, nil)
+		switch w.state {
+		case stRunning, stBackoff:
+			if t, ok := s.begin(w, evShutdown); ok {
+				s.stopWorker(t, "host shutdown", false, nil)
+			}
+		case stWaitingStart:
+			// The wait ends (Stop is bounded by stop_timeout, invariant
+			// 6), nothing is written: the record still says a start is
+			// in flight, and whoever holds the slot next waits for it.
+			if t, ok := s.begin(w, evShutdown); ok {
+				s.disarm(w, timerStartGone)
+				t.to(stIdle)
+			}
 		}
 	}
 }
