@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,7 +44,18 @@ func main() {
 	only := flag.String("only", "", "with -seed: run only these steps of its schedule (comma-separated indexes)")
 	minimize := flag.Int("minimize", 0, "with -seed: shrink its schedule to the steps that still break this invariant")
 	tries := flag.Int("tries", 3, "with -minimize: runs of each candidate schedule")
+	cpuProfile := flag.String("cpuprofile", "", "write the explorer's own CPU profile (the judge, the sampler, miniredis) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fail(err.Error())
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err.Error())
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *backend != explore.BackendMixed && !slices.Contains(explore.Backends, *backend) {
 		fail("-redis must be one of " + strings.Join(explore.Backends, ", ") + " or mixed")
 	}
@@ -230,6 +242,7 @@ func main() {
 	}
 	if len(unexpected) > 0 {
 		fmt.Printf("FAILED seeds: %v\n", unexpected)
+		pprof.StopCPUProfile() // os.Exit runs no deferred call
 		os.Exit(1)
 	}
 }
