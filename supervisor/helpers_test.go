@@ -226,6 +226,10 @@ func (r *eventReader) waitFor(store *health.Store, id health.ComponentID, ok fun
 	return r.waitForWithin(store, id, ok, waitTimeout)
 }
 
+// recheck bounds how long waitFor waits on the event stream before it reads
+// the record again.
+const recheck = 250 * time.Millisecond
+
 func (r *eventReader) waitForWithin(store *health.Store, id health.ComponentID, ok func(health.Component) bool, waitTimeout time.Duration) health.Component {
 	r.tb.Helper()
 	deadline := time.Now().Add(waitTimeout)
@@ -241,7 +245,13 @@ func (r *eventReader) waitForWithin(store *health.Store, id health.ComponentID, 
 		case !errors.Is(err, health.ErrNotFound):
 			r.tb.Fatalf("read %s: %v", id, err)
 		}
-		if r.next(deadline) == nil && !time.Now().Before(deadline) {
+		// Woken by the next event, or a poll later: some changes have no
+		// event (a plain heartbeat sets last_heartbeat and nothing else).
+		wake := time.Now().Add(recheck)
+		if deadline.Before(wake) {
+			wake = deadline
+		}
+		if r.next(wake) == nil && !time.Now().Before(deadline) {
 			r.tb.Fatalf("timed out after %s waiting on %s; last %s", waitTimeout, id, describe(last))
 			return last
 		}
