@@ -18,21 +18,26 @@ import (
 // once.
 func TestSlowAdoptionKeepsItsLeases(t *testing.T) {
 	t.Parallel()
-	const n = 40
+	// The lease is long enough that a loaded machine (make test runs
+	// packages and tests side by side) does not delay three ticks in a row
+	// past it: with 1.2 s, a renewal 1.213 s after the last one failed the
+	// test once, all workers healthy, adopted in time.
+	const n, lease = 40, 3 * time.Second
 	h, p, _ := proxiedHarness(t, supervisor.Config{
 		Pools:       []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
 		Policy:      longBackoff,
-		Lease:       1200 * time.Millisecond,
+		Lease:       lease,
 		MaxPoolSize: n,
 	})
-	// 10 ms a round trip: starting 40 workers takes 40 x (2 round trips
-	// and a fork), longer than the lease (2 s here before the fix).
-	p.Delay(10 * time.Millisecond)
+	// 25 ms a round trip: starting 40 workers takes 40 x (2 round trips
+	// and a fork), longer than the lease (5 s here without the budget).
+	p.Delay(25 * time.Millisecond)
 	h.start()
 	h.waitHealthy(ids("q", n)...)
+	p.Delay(0) // what follows is about the ticks, not the link
 	// Every worker healthy: adopted. The ticks of the lease after it
 	// renew every lease once more; a lapse is logged at the renewal.
-	end := time.After(1200 * time.Millisecond)
+	end := time.After(lease)
 	for {
 		if logs := h.logs.String(); strings.Contains(logs, "slot lease was gone") || strings.Contains(logs, "slot lease lost") {
 			t.Fatalf("a lease lapsed while the host adopted its slots:\n%s", logs)
