@@ -97,6 +97,9 @@ func (s *Supervisor) exitCrashed(t step, m exitMsg, pid, code int, sig string) {
 	} else if why, ok := s.holdBroken(w); ok {
 		s.exitStale(t, pid, code, sig, reason, why)
 		return
+	} else if s.redis.down() {
+		s.exitUnjudged(t, exitSeen{pid: pid, code: code, sig: sig, reason: reason, cause: cause})
+		return
 	}
 	s.crashed(t, pid, code, sig, reason, cause)
 	// How long the death took to be recorded: from the exit (cmd.Wait
@@ -147,12 +150,59 @@ func (s *Supervisor) exitStale(t step, pid, code int, sig, reason, why string) {
 	r := &w.rec
 	r.Status, r.Reason = health.StatusCrashed, reason+" ("+why+"; not counted)"
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
-	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict})
 	s.recoverTasks(w, pid, "fenced")
 	delay := s.cfg.Lease/3 + s.cfg.StopTimeout + staleMargin
 	s.logw(w).Warn("worker exited while this host may not have held its slot alone; not counted", "pid", pid,
 		"exit_code", code, "why", why, "restart_in", delay)
 	s.scheduleRestart(t, delay)
+}
+
+// exitUnjudged handles an exit nobody asked for, seen while Redis is away
+// and this host's hold on the slot's lease not known broken. It may be a
+// crash, or another host's takeover: Redis may have lost the lease (an
+// empty restart) and another host taken the slot and stopped this
+// machine's process, which this host cannot see until Redis answers (fault
+// explorer E41: counted as a crash, invariant 5). Nothing is counted yet:
+// the record says crashed, the tasks are put back (once Redis answers), and
+// the worker waits in backoff. Its restart timer judges the exit once Redis
+// answers and the lease is renewed (judgeExit); a fence, a release or a
+// shutdown before that drops it uncounted.
+func (s *Supervisor) exitUnjudged(t step, e exitSeen) {
+	w := t.w
+	r := &w.rec
+	r.Status, r.Reason = health.StatusCrashed, e.reason+" (Redis away: counted once this host's lease is found unbroken)"
+	r.PID, r.HasExit, r.ExitCode, r.Signal = e.pid, true, e.code, e.sig
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+	if e.pid > 0 {
+		s.recoverTasks(w, e.pid, "crash")
+	}
+	s.logw(w).Warn("worker exited while Redis is away; counted once this host's lease is found unbroken", "pid", e.pid,
+		"exit_code", e.code, "reason", e.reason)
+	w.unjudged = &e
+	s.scheduleRestart(t, s.cfg.Lease/3)
+}
+
+// judgeExit gives the verdict on w's unjudged exit, now that Redis answers
+// and the lease has been renewed since: a crash, counted (its backoff
+// starts now, or the worker fails), unless this host's hold on the lease
+// broke since the process started. Its tasks were put back already (a
+// second recovery finds nothing).
+func (s *Supervisor) judgeExit(t step) {
+	w := t.w
+	e := *w.unjudged
+	t.verdict = true
+	why, broken := s.holdBroken(w)
+	switch {
+	case broken:
+		w.unjudged = nil
+		s.exitStale(t, e.pid, e.code, e.sig, e.reason, why)
+	case s.redis.down():
+		s.holdStart(t) // the lease holder could not be read: judged later
+	default:
+		w.unjudged = nil
+		s.crashed(t, e.pid, e.code, e.sig, e.reason, e.cause)
+	}
 }
 
 // holdBroken reports whether this host's hold on w's slot lease may have
@@ -223,7 +273,7 @@ func (s *Supervisor) crashed(t step, pid, code int, sig, reason, cause string) {
 	r := &w.rec
 	r.Status, r.Reason, r.Restarts = health.StatusCrashed, reason, d.State
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
-	_ = s.write(w, health.Write{Actor: health.ActorMonitor, Restarts: true})
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor, Restarts: true, NoCheck: t.verdict})
 	if pid > 0 {
 		s.recoverTasks(w, pid, "crash")
 	}
@@ -250,7 +300,7 @@ func (s *Supervisor) crashedUncounted(t step, pid, code int, sig, reason string)
 	r := &w.rec
 	r.Status, r.Reason = health.StatusCrashed, reason+" (not counted: started while Redis was unreachable)"
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
-	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict})
 	if pid > 0 {
 		s.recoverTasks(w, pid, "crash")
 	}

@@ -163,6 +163,10 @@ func (s *Supervisor) onTimer(m timerMsg) {
 			s.holdStart(t)
 			return
 		}
+		if w.unjudged != nil {
+			s.judgeExit(t)
+			return
+		}
 		s.cfg.Metrics.Restart(w.id.Queue, "backoff")
 		if err := s.spawn(t, health.ActorMonitor, false); err != nil {
 			s.keepOperatorState(t, err)

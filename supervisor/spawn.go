@@ -109,6 +109,12 @@ func (s *Supervisor) spawn(t step, actor health.Actor, writeRestarts bool) error
 		return err
 	}
 	w.sawBeat, w.kill, w.stop, w.expires = false, killCause{}, nil, time.Time{}
+	if w.unjudged != nil {
+		// An operator's start: the exit seen while Redis was away is not
+		// judged (nor counted) any more.
+		s.logw(w).Info("exit seen while Redis was away left uncounted: the worker is started again", "pid", w.unjudged.pid)
+		w.unjudged = nil
+	}
 	switch actor {
 	case health.ActorOperator:
 		s.cfg.Metrics.Restart(w.id.Queue, "operator")

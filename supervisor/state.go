@@ -26,6 +26,9 @@ const (
 	// (held or not), failed, or crashed while the host shuts down.
 	stIdle workerState = iota
 	// stBackoff: crashed, no process, exactly one restart timer armed.
+	// An exit seen while Redis was away waits here for its verdict
+	// (worker.unjudged): the timer judges it once Redis answers and the
+	// lease is renewed; a fence, release or shutdown drops it uncounted.
 	stBackoff
 	// stRunning: a process the monitor started and judges by heartbeat
 	// (record starting or healthy).
@@ -159,6 +162,9 @@ type step struct {
 	w    *worker
 	ev   event
 	from workerState
+	// verdict: the step judges an exit already written as crashed while
+	// Redis was away (judgeExit): writing crashed again is no transition.
+	verdict bool
 }
 
 // begin starts handling ev for w. An event w's state does not allow is

@@ -36,7 +36,11 @@ type worker struct {
 	// away; their backoff grows with it.
 	uncounted int
 	oldPID    int // waitingOld: the earlier supervisor's process
-	timers    [numTimers]timerRef
+	// unjudged (backoff only): an exit seen while Redis was away, not
+	// counted yet. A crash, or another host's takeover of a lease Redis
+	// lost: the verdict waits until Redis answers (see exitUnjudged).
+	unjudged *exitSeen
+	timers   [numTimers]timerRef
 	// This host's hold on the slot's lease, in real time (leases expire on
 	// Redis's clock): heldAt is when the last call that found the lease
 	// this host's was sent (its claim, or a renewal), heldSince when the
@@ -44,6 +48,12 @@ type worker struct {
 	// lease gone and took it again). procSince is when the current process
 	// was started, in the same time. See holdBroken.
 	heldAt, heldSince, procSince time.Time
+}
+
+// exitSeen is an exit whose verdict (crash or not) is put off.
+type exitSeen struct {
+	pid, code          int
+	sig, reason, cause string
 }
 
 type killCause struct {
