@@ -76,8 +76,33 @@ func timedBy(ctx context.Context) (*stepCalls, context.Context) {
 
 func (callTiming) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// perCallKey marks a context whose every call gets its own deadline (see
+// boundCalls).
+type perCallKey struct{}
+
+// boundCalls gives every call made with the returned context a deadline of
+// its own, d from its start, within ctx's: a tick's budget covers many
+// calls, but a Stop that cancels the tick (its base) cannot end a call
+// waiting on a Redis that does not answer (go-redis ends a read at its
+// deadline only, not at a cancellation): the Stop waited for the rest of
+// the tick's budget, five op_timeouts, before it could stop a worker
+// (fault explorer E44, redis-server seed 93811: a paused Redis).
+func boundCalls(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, perCallKey{}, d)
+}
+
+// perCall applies the deadline boundCalls asked for, if any.
+func perCall(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Value(perCallKey{}).(time.Duration); ok && d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
+}
+
 func (callTiming) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		ctx, cancel := perCall(ctx)
+		defer cancel()
 		c, inner := timedBy(ctx)
 		if c == nil {
 			return next(ctx, cmd)
@@ -91,6 +116,8 @@ func (callTiming) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (callTiming) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, cancel := perCall(ctx)
+		defer cancel()
 		c, inner := timedBy(ctx)
 		if c == nil {
 			return next(ctx, cmds)

@@ -58,12 +58,21 @@ func (s *Supervisor) stopWorker(t step, reason string, held bool, then *later) {
 	}
 }
 
-// stopProcess asks w's running process to stop: stopping is written,
-// SIGTERM sent to its group, SIGKILL armed at stop_timeout.
+// stopProcess asks w's running process to stop: SIGTERM sent to its
+// group, SIGKILL armed at stop_timeout, stopping written.
 func (s *Supervisor) stopProcess(w *worker, reason string, held bool) {
+	s.signalStop(w, reason, held)
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+}
+
+// signalStop is stopProcess without the write, which may wait on Redis
+// (op_timeout): the worker's stop_timeout starts now, whatever Redis does
+// (fault explorer E44: a host shutdown on a paused Redis sent its workers
+// SIGTERM only once the write of stopping had given up). The exit, seen
+// by this goroutine only after the write, is recorded after it.
+func (s *Supervisor) signalStop(w *worker, reason string, held bool) {
 	w.stop = &stopReq{reason: reason, held: held}
 	w.rec.Status = health.StatusStopping
-	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
 	s.disarm(w, timerCheck)
 	if err := signalGroup(w.proc.pid, sigTerm); err != nil {
 		s.logw(w).Error("stop", "err", err)
@@ -86,12 +95,30 @@ func (s *Supervisor) stopTimeout(w *worker) {
 // restart timer (host shutdown), and ends every wait for a start in
 // flight. Workers already stopping, releasing, fenced or waiting for an
 // old process go on as they are.
+//
+// Every running worker gets SIGTERM before any record is written: the
+// writes may each wait on Redis (E44).
 func (s *Supervisor) shutdown() {
 	s.shuttingDown = true
+	var signalled []*worker
+	for _, id := range s.ids() {
+		w := s.workers[id]
+		if w.state != stRunning {
+			continue
+		}
+		if t, ok := s.begin(w, evShutdown); ok {
+			s.signalStop(w, "host shutdown", false)
+			t.to(stStopping)
+			signalled = append(signalled, w)
+		}
+	}
+	for _, w := range signalled {
+		_ = s.write(w, health.Write{Actor: health.ActorMonitor})
+	}
 	for _, id := range s.ids() {
 		w := s.workers[id]
 		switch w.state {
-		case stRunning, stBackoff:
+		case stBackoff:
 			if t, ok := s.begin(w, evShutdown); ok {
 				s.stopWorker(t, "host shutdown", false, nil)
 			}

@@ -138,3 +138,46 @@ func TestClientWithoutDeadlinesIsReported(t *testing.T) {
 		}
 	}
 }
+
+// TestStopDuringATickOnAPausedRedis: fault explorer E44 (redis-server seed
+// 93811, on the code of E41). A host was stopped as Redis paused: its tick
+// was waiting on a reply that did not come. Stop cancels the tick, but
+// go-redis ends a read at its deadline only: the tick's call waited for
+// the rest of the tick's budget (5 op_timeouts), then the shutdown wrote
+// "stopping" (another op_timeout) before its SIGTERM, and Stop returned
+// "context deadline exceeded" after 3.15 s (stop_timeout 1 s). Now each
+// call of a tick has op_timeout of its own, and the workers get SIGTERM
+// before their records are written. Here the tick's read of the control
+// hash gets no reply, and nothing else is wrong with Redis.
+func TestStopDuringATickOnAPausedRedis(t *testing.T) {
+	t.Parallel()
+	h, p, store := proxiedHarness(t, supervisor.Config{
+		Pools:       []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy:      shortBackoff,
+		Lease:       900 * time.Millisecond,
+		StopTimeout: time.Second,
+		OpTimeout:   time.Second, // the tick's budget: 5 s
+	})
+	h.start()
+	h.waitHealthy(ids("q", 2)...)
+	control := store.Keys().Control()
+	held, release := p.HoldReply(func(args []string) bool {
+		return len(args) == 2 && strings.EqualFold(args[0], "HGETALL") && args[1] == control
+	})
+	defer release()
+	select {
+	case <-held: // a tick is in readControl, its reply held
+	case <-time.After(waitTimeout):
+		t.Fatal("no tick read the control hash")
+	}
+	limit := h.cfg.StopTimeout + 2*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), limit+10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := h.sup.Stop(ctx)
+	took := time.Since(start)
+	if err != nil || took > limit {
+		t.Fatalf("Stop during a tick waiting on a reply: %v after %s (limit %s)\n%s", err, took.Round(time.Millisecond), limit, h.logs.String())
+	}
+	t.Logf("Stop returned after %s", took.Round(time.Millisecond))
+}

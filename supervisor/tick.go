@@ -49,12 +49,16 @@ func (s *Supervisor) tick(first bool) {
 	// op_timeout at most. Meanwhile the monitor can neither SIGKILL a
 	// worker past its stop_timeout nor see an exit, and a Stop must end
 	// within stop_timeout + 2 s (E31: 5 op_timeouts there outlasted it).
+	//
+	// Each call has op_timeout of its own within the budget (boundCalls):
+	// a Stop that cancels the tick waits for the call in flight only (E44).
 	base, budget := context.Background(), s.cfg.OpTimeout
 	if !s.shuttingDown {
 		base, budget = s.leaving, 5*s.cfg.OpTimeout
 	}
 	ctx, cancel := context.WithTimeout(base, budget)
 	defer cancel()
+	ctx = boundCalls(ctx, s.cfg.OpTimeout)
 	var err error
 	if s.shuttingDown {
 		err = s.renewAndFence(ctx)
