@@ -79,7 +79,7 @@ func TestAsynqPinned(t *testing.T) {
 
 	rec := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log, Metrics: new(queue.Metrics)})
 	before := time.Now()
-	n, err := rec.Recover(ctx, s.ids[0], proc.PID)
+	n, err := rec.Recover(ctx, s.ids[0], proc.PID, true)
 	if err != nil || n != 1 {
 		t.Fatalf("Recover = %d, %v; want 1", n, err)
 	}
@@ -95,7 +95,7 @@ func TestAsynqPinned(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, crashKey).Val(); ttl < queue.JobKeyTTL-time.Minute || ttl > queue.JobKeyTTL {
 		t.Fatalf("crash counter TTL %s, want %s", ttl, queue.JobKeyTTL)
 	}
-	if n, err := rec.Recover(ctx, s.ids[0], proc.PID); err != nil || n != 0 {
+	if n, err := rec.Recover(ctx, s.ids[0], proc.PID, true); err != nil || n != 0 {
 		t.Fatalf("second Recover = %d, %v; want 0", n, err)
 	}
 

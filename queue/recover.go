@@ -30,24 +30,28 @@ import (
 // deadOwnersKept): a dequeue it sent before it died that reaches Redis
 // only now takes nothing (dequeue.go).
 //
+// A task counts as run (its handler had begun: the running hash lists it)
+// only when the process crashed (count is "1"): the tasks of a process that
+// was stopped did not crash it (E45).
+//
 // KEYS: active, lease, dead owners. ARGV: task key prefix, owner,
 // pending_since (Unix ns), job key prefix, crash counter suffix, owner
-// field, then the task ids of the running hash. Returns {id, ran (0|1),
-// crashes once requeued, …}.
+// field, count (1|0), then the task ids of the running hash. Returns {id,
+// ran (0|1), crashes once requeued, …}.
 var recoverFindScript = redis.NewScript(`
 local pfx, owner, field = ARGV[1], ARGV[2], ARGV[6]
 local now_ms = math.floor(tonumber(ARGV[3]) / 1000000)
 redis.call("ZADD", KEYS[3], now_ms, owner)
 redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now_ms - ` + deadOwnersKeptMS + `)
 local cand, seen, ran = {}, {}, {}
-for i = 7, #ARGV do ran[ARGV[i]] = true end
+if ARGV[7] == "1" then for i = 8, #ARGV do ran[ARGV[i]] = true end end
 for _, id in ipairs(redis.call("LRANGE", KEYS[1], 0, -1)) do
 	if redis.call("HGET", pfx .. id, field) == owner then
 		cand[#cand+1] = id
 		seen[id] = true
 	end
 end
-for i = 7, #ARGV do
+for i = 8, #ARGV do
 	local id = ARGV[i]
 	if not seen[id] and not redis.call("HGET", pfx .. id, field) then
 		cand[#cand+1] = id
@@ -160,8 +164,9 @@ func NewRecoverer(store *health.Store, cfg RecovererConfig) *Recoverer {
 }
 
 // Recover requeues every task that process pid of component id held when it
-// died, increments the crash counter of each whose handler had begun,
-// emits requeued:stale for each, and clears the process's running entries.
+// died, increments the crash counter of each whose handler had begun if
+// the process crashed (see supervisor.Recoverer), emits requeued:stale for
+// each, and clears the process's running entries.
 // It returns how many tasks went back. Four round trips; safe to call
 // again (a second call finds nothing to requeue).
 //
@@ -170,7 +175,7 @@ func NewRecoverer(store *health.Store, cfg RecovererConfig) *Recoverer {
 // the stream. A task found but no longer active when the requeue comes
 // (asynq's lease recovery took it meanwhile: only after a long outage)
 // keeps its event without being requeued here.
-func (r *Recoverer) Recover(ctx context.Context, id health.ComponentID, pid int) (int, error) {
+func (r *Recoverer) Recover(ctx context.Context, id health.ComponentID, pid int, crashed bool) (int, error) {
 	keys, rdb := r.store.Keys(), r.store.Client()
 	running, err := rdb.HGetAll(ctx, keys.Running(id)).Result()
 	if err != nil {
@@ -178,7 +183,11 @@ func (r *Recoverer) Recover(ctx context.Context, id health.ComponentID, pid int)
 	}
 	var stale []any // field, value pairs of pid's entries
 	q, now, owner := id.Queue, r.cfg.Clock.Now(), ownerOf(id, pid)
-	argv := []any{asynqTaskPrefix(q), owner, now.UnixNano(), keys.JobPrefix(q), health.JobCrashesSuffix, ownerField}
+	count := "0"
+	if crashed {
+		count = "1"
+	}
+	argv := []any{asynqTaskPrefix(q), owner, now.UnixNano(), keys.JobPrefix(q), health.JobCrashesSuffix, ownerField, count}
 	for t, v := range running {
 		if rt, ok := parseRunning(t, v); ok && rt.PID == pid {
 			stale = append(stale, t, v)

@@ -69,7 +69,7 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 	rdb.Set(ctx, keys.JobCrashes(q, "mine2"), 4, 0)
 
 	r := NewRecoverer(store, RecovererConfig{Metrics: new(Metrics), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	n, err := r.Recover(ctx, comp, 100)
+	n, err := r.Recover(ctx, comp, 100, true)
 	if err != nil || n != 3 {
 		t.Fatalf("Recover = %d, %v; want 3 (mine, nohook, mine2)", n, err)
 	}
@@ -116,10 +116,10 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 	if got := rdb.LLen(ctx, asynqPendingKey(q)).Val(); got != 3 {
 		t.Fatalf("%d tasks pending after the dead process's late dequeue, want 3", got)
 	}
-	if n, err := r.Recover(ctx, comp, 100); err != nil || n != 0 {
+	if n, err := r.Recover(ctx, comp, 100, true); err != nil || n != 0 {
 		t.Fatalf("second Recover = %d, %v", n, err)
 	}
-	if n, err := r.Recover(ctx, health.ComponentID{Queue: q, Slot: 1}, 100); err != nil || n != 0 {
+	if n, err := r.Recover(ctx, health.ComponentID{Queue: q, Slot: 1}, 100, true); err != nil || n != 0 {
 		t.Fatalf("Recover of another component with the same pid = %d, %v", n, err)
 	}
 	// A process that dies with one handler in flight: its crash is solo.
@@ -128,7 +128,7 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 		t.Fatal("nothing to dequeue")
 	} else {
 		rdb.HSet(ctx, keys.Running(comp), id, "300:5")
-		if n, err := r.Recover(ctx, comp, 300); err != nil || n != 1 {
+		if n, err := r.Recover(ctx, comp, 300, true); err != nil || n != 1 {
 			t.Fatalf("Recover of the lone handler's process = %d, %v", n, err)
 		}
 		if got := rdb.Get(ctx, keys.JobSoloCrashes(q, id)).Val(); got != "1" {
@@ -185,7 +185,7 @@ func TestRequeueEventBeforePending(t *testing.T) {
 			t.Fatalf("events of the task once pending again: %+v; want its requeued:stale (1 crash, pid 100) already written", evs)
 		}
 	}
-	if n, err := r.Recover(ctx, comp, 100); err != nil || n != 1 {
+	if n, err := r.Recover(ctx, comp, 100, true); err != nil || n != 1 {
 		t.Fatalf("Recover = %d, %v", n, err)
 	}
 	if !checked {
@@ -193,5 +193,46 @@ func TestRequeueEventBeforePending(t *testing.T) {
 	}
 	if got := rdb.Get(ctx, keys.JobCrashes(q, "a")).Val(); got != "1" {
 		t.Errorf("crashes %q, want 1", got)
+	}
+}
+
+// TestRecoverAfterAStopCountsNoCrash: fault explorer E45 (miniredis seed
+// 140082). An operator stopped a worker while Redis was paused; past its
+// shutdown bound the worker severed its connections and could not put its
+// task back, so the supervisor's recovery did, and counted a crash against
+// it: with job_crash_retries 0 the task was then archived as toxic without
+// its handler ever running. A process that was asked to stop did not
+// crash: its tasks go back with their counters as they were.
+func TestRecoverAfterAStopCountsNoCrash(t *testing.T) {
+	env := testredis.New(t)
+	rdb := env.Client
+	ctx := context.Background()
+	q := testQueue(t, env, "rs")
+	store := health.NewStore(rdb, env.Prefix, 0)
+	keys := store.Keys()
+	comp := health.ComponentID{Queue: q, Slot: 0}
+	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("a")); err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(30 * time.Second).Unix()
+	if err := vigilDequeueScript.Run(ctx, rdb, []string{asynqPendingKey(q), asynqPausedKey(q), asynqActiveKey(q), asynqLeaseKey(q), keys.DeadOwners(q)},
+		lease, asynqTaskPrefix(q), ownerField, ownerOf(comp, 100), keys.JobPrefix(q), health.JobCrashesSuffix,
+		health.JobSoloCrashesSuffix, runField).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, keys.Running(comp), "a", "100:1") // its handler had begun
+
+	r := NewRecoverer(store, RecovererConfig{Metrics: new(Metrics), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if n, err := r.Recover(ctx, comp, 100, false); err != nil || n != 1 {
+		t.Fatalf("Recover after a stop = %d, %v; want the task back", n, err)
+	}
+	if got := rdb.LRange(ctx, asynqPendingKey(q), 0, -1).Val(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("pending %v, want [a]", got)
+	}
+	if n := rdb.Exists(ctx, keys.JobCrashes(q, "a"), keys.JobSoloCrashes(q, "a")).Val(); n != 0 {
+		t.Errorf("a stopped process's task counts a crash (%d counters)", n)
+	}
+	if h := rdb.HGetAll(ctx, keys.Running(comp)).Val(); len(h) != 0 {
+		t.Errorf("running hash %v after the recovery", h)
 	}
 }

@@ -61,7 +61,7 @@ func TestShutdownBoundedWithoutRedis(t *testing.T) {
 			if info.State == asynq.TaskStateActive {
 				// Left for the owner-scoped requeue: as the supervisor does
 				// once it reaped the process.
-				n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfg.Env.Component, os.Getpid())
+				n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfg.Env.Component, os.Getpid(), true)
 				if err != nil {
 					t.Fatalf("recover the task left active: %v", err)
 				}
@@ -184,7 +184,7 @@ func TestShutdownNeverHandsBackARunningHandler(t *testing.T) {
 				close(release)
 				receive(t, aOut) // as the process's exit would end it
 				// The supervisor, once it reaped the process.
-				n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfgA.Env.Component, os.Getpid())
+				n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfgA.Env.Component, os.Getpid(), true)
 				if err != nil || n != 1 {
 					t.Fatalf("recover the task left active: %d, %v", n, err)
 				}

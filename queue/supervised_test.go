@@ -94,11 +94,11 @@ type ledgerRecoverer struct {
 	inner *queue.Recoverer
 }
 
-func (r *ledgerRecoverer) Recover(ctx context.Context, id health.ComponentID, pid int) (int, error) {
+func (r *ledgerRecoverer) Recover(ctx context.Context, id health.ComponentID, pid int, crashed bool) (int, error) {
 	if err := r.s.e.Client.SAdd(ctx, r.s.ledger+"dead", strconv.Itoa(pid)).Err(); err != nil {
 		return 0, err
 	}
-	return r.inner.Recover(ctx, id, pid)
+	return r.inner.Recover(ctx, id, pid, crashed)
 }
 
 // healthy returns the records of the pool's workers that are healthy now.

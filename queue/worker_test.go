@@ -284,7 +284,7 @@ func TestShutdownAbortsAndRequeuesWhatOutlastsIt(t *testing.T) {
 	if err != nil || info.State != asynq.TaskStateActive {
 		t.Fatalf("aborted task whose handler stays: %+v, %v; want it left active", info, err)
 	}
-	if n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfg.Env.Component, os.Getpid()); err != nil || n != 1 {
+	if n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfg.Env.Component, os.Getpid(), true); err != nil || n != 1 {
 		t.Fatalf("recover the aborted task: %d, %v", n, err)
 	}
 	info, err = e.insp.GetTaskInfo(e.q, b)

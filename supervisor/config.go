@@ -59,8 +59,16 @@ type Heartbeat struct {
 // calls it only after it has reaped the process with that pid (DESIGN.md
 // §9: on a live worker it would make tasks run twice). Package queue
 // implements it.
+//
+// crashed says the process died unasked (a crash, or a kill for a hang):
+// each task whose handler had begun counts one crash towards the toxic
+// rule. A process that was asked to stop (an operator's or the host's
+// stop, a release, a fence) or whose supervisor ended did not crash: its
+// tasks are put back and nothing is counted (fault explorer E45: a worker
+// stopped while Redis was away could not requeue its task itself, and the
+// crash counted for it archived the task as toxic without a run).
 type Recoverer interface {
-	Recover(ctx context.Context, id health.ComponentID, pid int) (requeued int, err error)
+	Recover(ctx context.Context, id health.ComponentID, pid int, crashed bool) (requeued int, err error)
 }
 
 // StatsSource reads queue statistics as JSON-able values, one per queue,

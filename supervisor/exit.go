@@ -334,38 +334,42 @@ func (s *Supervisor) alert(kind string, ev health.Event) {
 // not take is kept by the supervisor, not by w, and made once Redis
 // answers again: w may be forgotten meanwhile (released or fenced, fault
 // explorer E20), its process's tasks still active under its pid.
+//
+// Only a recovery after a crash ("crash": the process died unasked) counts
+// crashes against the tasks (see Recoverer).
 func (s *Supervisor) recoverTasks(w *worker, pid int, reason string) {
-	s.recoverPID(w.id, pid, reason)
+	s.recoverPID(deadPID{id: w.id, pid: pid, crashed: reason == "crash"}, reason)
 }
 
-// recoverPID is recoverTasks by component id.
-func (s *Supervisor) recoverPID(id health.ComponentID, pid int, reason string) {
+// recoverPID is recoverTasks by dead process.
+func (s *Supervisor) recoverPID(d deadPID, reason string) {
 	if s.cfg.Recoverer == nil {
 		return
 	}
 	if s.redis.down() {
-		s.recoverLater = append(s.recoverLater, deadPID{id, pid})
+		s.recoverLater = append(s.recoverLater, d)
 		return
 	}
 	ctx, cancel := s.opCtx()
-	n, err := s.cfg.Recoverer.Recover(ctx, id, pid)
+	n, err := s.cfg.Recoverer.Recover(ctx, d.id, d.pid, d.crashed)
 	cancel()
 	if err != nil {
-		s.recoverLater = append(s.recoverLater, deadPID{id, pid})
+		s.recoverLater = append(s.recoverLater, d)
 		s.redisFailed(err)
 		return
 	}
 	if n > 0 {
-		s.cfg.Metrics.Recovered(id.Queue, reason, n)
-		s.log.Info("requeued running tasks", "component", id.String(), "pid", pid, "tasks", n)
+		s.cfg.Metrics.Recovered(d.id.Queue, reason, n)
+		s.log.Info("requeued running tasks", "component", d.id.String(), "pid", d.pid, "tasks", n, "crashed", d.crashed)
 	}
 }
 
 // deadPID is a reaped process of a component whose tasks still need
 // requeueing.
 type deadPID struct {
-	id  health.ComponentID
-	pid int
+	id      health.ComponentID
+	pid     int
+	crashed bool // it died unasked: its tasks count a crash (see Recoverer)
 }
 
 // recoverDeferred makes the recoveries Redis could not take, while it
@@ -374,6 +378,6 @@ func (s *Supervisor) recoverDeferred() {
 	for len(s.recoverLater) > 0 && !s.redis.down() {
 		d := s.recoverLater[0]
 		s.recoverLater = s.recoverLater[1:]
-		s.recoverPID(d.id, d.pid, "deferred")
+		s.recoverPID(d, "deferred")
 	}
 }

@@ -96,8 +96,8 @@ func TestReleasedDuringOutageRecoveredWhenRedisIsBack(t *testing.T) {
 // harness's store).
 type lateRecoverer struct{ r *queue.Recoverer }
 
-func (l *lateRecoverer) Recover(ctx context.Context, id health.ComponentID, pid int) (int, error) {
-	return l.r.Recover(ctx, id, pid)
+func (l *lateRecoverer) Recover(ctx context.Context, id health.ComponentID, pid int, crashed bool) (int, error) {
+	return l.r.Recover(ctx, id, pid, crashed)
 }
 
 // A slot released because its pool shrank, whose worker ends while Redis

@@ -16,14 +16,15 @@ type recorder struct {
 }
 
 type recovered struct {
-	id  health.ComponentID
-	pid int
+	id      health.ComponentID
+	pid     int
+	crashed bool
 }
 
-func (r *recorder) Recover(_ context.Context, id health.ComponentID, pid int) (int, error) {
+func (r *recorder) Recover(_ context.Context, id health.ComponentID, pid int, crashed bool) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.calls = append(r.calls, recovered{id, pid})
+	r.calls = append(r.calls, recovered{id, pid, crashed})
 	return 0, nil
 }
 
@@ -37,7 +38,8 @@ func (r *recorder) asked() []recovered {
 // exits 0 after a graceful stop may still have left tasks marked running
 // (it died on the way out, or lied): the supervisor asks for them back
 // under that pid as after any other exit (it is idempotent and scoped to
-// the pid).
+// the pid). It did not crash: no crash is counted against those tasks
+// (fault explorer E45).
 func TestCleanExitAfterStopRecoversTasks(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}
@@ -56,7 +58,7 @@ func TestCleanExitAfterStopRecoversTasks(t *testing.T) {
 	if c.ExitCode != 0 || c.Status != health.StatusStopped {
 		t.Fatalf("after the stop: %s", describe(c))
 	}
-	want := recovered{id, pid}
+	want := recovered{id, pid, false}
 	for _, r := range rec.asked() {
 		if r == want {
 			return
