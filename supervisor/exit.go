@@ -13,6 +13,9 @@ func (s *Supervisor) onExit(m exitMsg) {
 	if w == nil || w.proc == nil || w.proc.pid != m.pid {
 		return
 	}
+	if late := time.Since(m.waited); !m.waited.IsZero() && late > exitLate {
+		s.logw(w).Warn("worker exit handled late: the monitor was busy", "pid", m.pid, "late", late.Round(time.Millisecond))
+	}
 	t, ok := s.begin(w, evExit)
 	if !ok {
 		return

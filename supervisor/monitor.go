@@ -23,7 +23,10 @@ const (
 type exitMsg struct {
 	id    health.ComponentID
 	at    time.Time // when Wait returned
-	pid   int
+	// waited is the same moment in real time: an exit told or handled a
+	// second or more after it is logged (exitLate).
+	waited time.Time
+	pid    int
 	state *os.ProcessState
 	err   error
 }

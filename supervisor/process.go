@@ -173,6 +173,7 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 	go func() {
 		defer s.wg.Done()
 		err := cmd.Wait()
+		waited := time.Now()
 		s.groups.remove(proc.pid)
 		at := s.cfg.Clock.Now()
 		rec := reap.exited(proc.pid)
@@ -182,7 +183,7 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 		// closes. Whatever still runs, having left the group, is found and
 		// stopped all the same, and Stop waits for that.
 		if syscall.Kill(-proc.pid, 0) == syscall.ESRCH && wait(captured, pipeCloses) {
-			s.reportExit(id, at, proc.pid, cmd, err)
+			s.reportExit(exitMsg{id: id, at: at, waited: waited, pid: proc.pid, state: cmd.ProcessState, err: err})
 			reap.clean(rec, at, s.cfg.StopTimeout, lookLater)
 			<-rec.done
 		} else {
@@ -190,7 +191,11 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 			<-rec.done
 			_ = r.SetReadDeadline(time.Now().Add(captureGrace))
 			<-captured
-			s.reportExit(id, at, proc.pid, cmd, err)
+			if late := time.Since(waited); late > exitLate {
+				s.log.Warn("worker exit told late: its output pipe or descendants outlived it", "component", id.String(),
+					"pid", proc.pid, "late", late.Round(time.Millisecond))
+			}
+			s.reportExit(exitMsg{id: id, at: at, waited: waited, pid: proc.pid, state: cmd.ProcessState, err: err})
 		}
 		if rec.left > 0 {
 			s.log.Warn("descendants of a worker survived SIGKILL", "component", id.String(), "pid", proc.pid, "left", rec.left)
@@ -198,6 +203,11 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 	}()
 	return proc, nil
 }
+
+// exitLate is how long after a worker's exit (its reaping) telling or
+// handling it may take before that is logged: the monitor's view of its
+// workers is that late (fault explorer E43).
+const exitLate = time.Second
 
 // pipeCloses is how long the output pipe of an exited worker whose group
 // is empty may take to close before the reaper looks for what holds it.
@@ -220,9 +230,9 @@ func wait(ch <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-func (s *Supervisor) reportExit(id health.ComponentID, at time.Time, pid int, cmd *exec.Cmd, err error) {
+func (s *Supervisor) reportExit(m exitMsg) {
 	select {
-	case s.exits <- exitMsg{id: id, at: at, pid: pid, state: cmd.ProcessState, err: err}:
+	case s.exits <- m:
 	case <-s.dead:
 	}
 }
