@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -33,7 +34,11 @@ func TestSlowAdoptionKeepsItsLeases(t *testing.T) {
 	// and a fork), longer than the lease (5 s here without the budget).
 	p.Delay(25 * time.Millisecond)
 	h.start()
-	h.waitHealthy(ids("q", n)...)
+	// Adoption takes about 12 s on a quiet machine (the budget spreads it
+	// over many ticks); a loaded one takes longer than waitFor's 15 s.
+	for _, id := range ids("q", n) {
+		waitForWithin(t, h.store, id, isStatus(health.StatusHealthy), time.Minute)
+	}
 	p.Delay(0) // what follows is about the ticks, not the link
 	// Every worker healthy: adopted. The ticks of the lease after it
 	// renew every lease once more; a lapse is logged at the renewal.

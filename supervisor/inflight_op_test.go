@@ -29,13 +29,7 @@ func TestOperatorActionDuringTheWaitForAStartInFlight(t *testing.T) {
 			t.Parallel()
 			env, id, inflight := startInFlight(t, "h1", "i1") // h1's start in flight, alive until h1 fences it
 			fake := clock.NewFake(fakeStart)
-			h0 := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
-				Host: "h0", Lease: 3 * time.Second, StopTimeout: time.Second,
-				Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-				Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: checkEvery, StartTimeout: checkEvery},
-				Policy:    shortBackoff,
-				Clock:     fake,
-			})
+			h0 := newHarnessOn(t, env.Client, env.URL, env.Prefix, inFlightConfig("h0", fake))
 			h0.start()
 			h0.logs.wait(t, 0, waitTimeout, "waiting for it to stop that process", "from=h1")
 			h0.sync()
@@ -67,14 +61,7 @@ func TestOperatorActionDuringTheWaitForAStartInFlight(t *testing.T) {
 func TestShutdownDuringTheWaitForAStartInFlight(t *testing.T) {
 	t.Parallel()
 	env, id, inflight := startInFlight(t, "h1", "i1")
-	cfg := func(host string) supervisor.Config {
-		return supervisor.Config{
-			Host: host, Lease: 3 * time.Second, StopTimeout: time.Second,
-			Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-			Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: checkEvery, StartTimeout: checkEvery},
-			Policy:    shortBackoff,
-		}
-	}
+	cfg := func(host string) supervisor.Config { return inFlightConfig(host, nil) }
 	h0 := newHarnessOn(t, env.Client, env.URL, env.Prefix, cfg("h0"))
 	h0.start()
 	h0.logs.wait(t, 0, waitTimeout, "waiting for it to stop that process", "from=h1")
@@ -108,13 +95,7 @@ func TestRestartedHostOverItsOwnStartInFlight(t *testing.T) {
 	t.Parallel()
 	env, id, inflight := startInFlight(t, "h0", "earlier") // the earlier instance's process, its pid never recorded
 	fake := clock.NewFake(fakeStart)
-	h0 := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
-		Host: "h0", Lease: 3 * time.Second, StopTimeout: time.Second,
-		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: checkEvery, StartTimeout: checkEvery},
-		Policy:    shortBackoff,
-		Clock:     fake,
-	})
+	h0 := newHarnessOn(t, env.Client, env.URL, env.Prefix, inFlightConfig("h0", fake))
 	h0.start()
 	h0.sync()
 	if c := h0.get(id); c.Instance == h0.cfg.Instance && c.Status.Running() {
@@ -146,12 +127,7 @@ func TestRestartedHostFindsItsOwnStartInFlight(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { _ = inflight.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = inflight.Process.Kill(); <-exited })
-	h0 := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
-		Host: "h0", Lease: 3 * time.Second, StopTimeout: time.Second,
-		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: checkEvery, StartTimeout: checkEvery},
-		Policy:    shortBackoff,
-	})
+	h0 := newHarnessOn(t, env.Client, env.URL, env.Prefix, inFlightConfig("h0", nil))
 	h0.start()
 	h0.logs.wait(t, 0, waitTimeout, "waiting for the previous supervisor's worker to exit", "pid="+strconv.Itoa(inflight.Process.Pid))
 	c := h0.waitFor(id, func(c health.Component) bool {
@@ -161,5 +137,18 @@ func TestRestartedHostFindsItsOwnStartInFlight(t *testing.T) {
 	case <-exited:
 	default:
 		t.Fatalf("h0 started the slot while its earlier instance's process %d lived: %s", inflight.Process.Pid, describe(c))
+	}
+}
+
+// inFlightConfig is the configuration of a host taking over a slot whose
+// start is in flight elsewhere: one worker, a 3 s lease, quick judging;
+// clk nil is real time.
+func inFlightConfig(host string, clk clock.Clock) supervisor.Config {
+	return supervisor.Config{
+		Host: host, Lease: 3 * time.Second, StopTimeout: time.Second,
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: checkEvery, StartTimeout: checkEvery},
+		Policy:    shortBackoff,
+		Clock:     clk,
 	}
 }
