@@ -76,7 +76,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "chaosworker: exit %d: SIGTERM to return %s, ledger %s\n", code,
 			ran.Sub(*at).Round(time.Millisecond), time.Since(ran).Round(time.Millisecond))
 	}
+	closing := time.Now()
 	_ = rdb.Close()
+	if d := time.Since(closing); d > 100*time.Millisecond {
+		fmt.Fprintf(os.Stderr, "chaosworker: the ledger's client took %s to close\n", d.Round(time.Millisecond))
+	}
 	os.Exit(code)
 }
 
