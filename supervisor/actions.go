@@ -202,6 +202,7 @@ func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, rest
 			return
 		}
 		s.disarm(w, timerRestart)
+		w.unjudged = nil // reset: nothing left to count
 		t.to(stIdle)
 		if restart && s.startUnsafe(w) {
 			reply(errLeaseStale) // reset and held; started by the operator once Redis answers (E32)

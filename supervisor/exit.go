@@ -101,7 +101,11 @@ func (s *Supervisor) exitCrashed(t step, m exitMsg, pid, code int, sig string) {
 		s.exitStale(t, pid, code, sig, reason, why)
 		return
 	} else if s.redis.down() {
-		s.exitUnjudged(t, exitSeen{pid: pid, code: code, sig: sig, reason: reason, cause: cause})
+		e := exitSeen{pid: pid, code: code, sig: sig, reason: reason, cause: cause, at: s.cfg.Clock.Now()}
+		if w.rec.Status == health.StatusHealthy {
+			e.healthySince = w.rec.HealthySince
+		}
+		s.exitUnjudged(t, e)
 		return
 	}
 	s.crashed(t, pid, code, sig, reason, cause)
@@ -153,7 +157,7 @@ func (s *Supervisor) exitStale(t step, pid, code int, sig, reason, why string) {
 	r := &w.rec
 	r.Status, r.Reason = health.StatusCrashed, reason+" ("+why+"; not counted)"
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
-	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict})
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict != nil})
 	s.recoverTasks(w, pid, "fenced")
 	delay := s.cfg.Lease/3 + s.cfg.StopTimeout + staleMargin
 	s.logw(w).Warn("worker exited while this host may not have held its slot alone; not counted", "pid", pid,
@@ -194,7 +198,7 @@ func (s *Supervisor) exitUnjudged(t step, e exitSeen) {
 func (s *Supervisor) judgeExit(t step) {
 	w := t.w
 	e := *w.unjudged
-	t.verdict = true
+	t.verdict = &e
 	why, broken := s.holdBroken(w)
 	switch {
 	case broken:
@@ -272,11 +276,15 @@ func (s *Supervisor) crashed(t step, pid, code int, sig, reason, cause string) {
 	if w.rec.Status == health.StatusHealthy {
 		healthySince = w.rec.HealthySince
 	}
+	if v := t.verdict; v != nil {
+		// Judged later (exitUnjudged): the crash as it was when seen.
+		now, healthySince = v.at, v.healthySince
+	}
 	d := s.cfg.Policy.Decide(w.rec.Restarts, policy.Crash{At: now, HealthySince: healthySince}, s.cfg.Rand())
 	r := &w.rec
 	r.Status, r.Reason, r.Restarts = health.StatusCrashed, reason, d.State
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
-	_ = s.write(w, health.Write{Actor: health.ActorMonitor, Restarts: true, NoCheck: t.verdict})
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor, Restarts: true, NoCheck: t.verdict != nil})
 	if pid > 0 {
 		s.recoverTasks(w, pid, "crash")
 	}
@@ -303,7 +311,7 @@ func (s *Supervisor) crashedUncounted(t step, pid, code int, sig, reason string)
 	r := &w.rec
 	r.Status, r.Reason = health.StatusCrashed, reason+" (not counted: started while Redis was unreachable)"
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
-	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict})
+	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict != nil})
 	if pid > 0 {
 		s.recoverTasks(w, pid, "crash")
 	}

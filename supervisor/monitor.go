@@ -21,14 +21,14 @@ const (
 )
 
 type exitMsg struct {
-	id    health.ComponentID
-	at    time.Time // when Wait returned
+	id health.ComponentID
+	at time.Time // when Wait returned
 	// waited is the same moment in real time: an exit told or handled a
 	// second or more after it is logged (exitLate).
 	waited time.Time
 	pid    int
-	state *os.ProcessState
-	err   error
+	state  *os.ProcessState
+	err    error
 }
 
 type timerMsg struct {

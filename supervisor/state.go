@@ -162,9 +162,10 @@ type step struct {
 	w    *worker
 	ev   event
 	from workerState
-	// verdict: the step judges an exit already written as crashed while
-	// Redis was away (judgeExit): writing crashed again is no transition.
-	verdict bool
+	// verdict: the step judges this exit, already written as crashed
+	// while Redis was away (judgeExit): writing crashed again is no
+	// transition, and the crash is the policy's as of its own time.
+	verdict *exitSeen
 }
 
 // begin starts handling ev for w. An event w's state does not allow is

@@ -43,6 +43,7 @@ func (s *Supervisor) stopWorker(t step, reason string, held bool, then *later) {
 		}
 	case stIdle, stBackoff:
 		s.disarm(w, timerRestart)
+		w.unjudged = nil // stopped: an exit not judged yet stays uncounted
 		if w.rec.Status == health.StatusCrashed || (held && !w.rec.Held && w.rec.Status == health.StatusStopped) {
 			actor := health.ActorMonitor
 			if held {

@@ -50,10 +50,13 @@ type worker struct {
 	heldAt, heldSince, procSince time.Time
 }
 
-// exitSeen is an exit whose verdict (crash or not) is put off.
+// exitSeen is an exit whose verdict (crash or not) is put off: what the
+// verdict needs of the moment it happened.
 type exitSeen struct {
 	pid, code          int
 	sig, reason, cause string
+	at                 time.Time // when it was seen (the crash's time)
+	healthySince       time.Time // the process was healthy since then (zero: it was not)
 }
 
 type killCause struct {
