@@ -182,7 +182,10 @@ func (s *Supervisor) exitUnjudged(t step, e exitSeen) {
 	r.PID, r.HasExit, r.ExitCode, r.Signal = e.pid, true, e.code, e.sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
 	if e.pid > 0 {
-		s.recoverTasks(w, e.pid, "crash")
+		// Put back once Redis answers, before the verdict, and counting
+		// no crash against the tasks: it may have been a takeover (a
+		// real crash then costs a toxic task one more run).
+		s.recoverPID(deadPID{id: w.id, pid: e.pid}, "crash")
 	}
 	s.logw(w).Warn("worker exited while Redis is away; counted once this host's lease is found unbroken", "pid", e.pid,
 		"exit_code", e.code, "reason", e.reason)
