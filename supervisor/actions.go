@@ -193,6 +193,13 @@ func (s *Supervisor) Reset(ctx context.Context, id health.ComponentID, restart b
 func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, restart bool) (health.Component, error) {
 	return s.action(ctx, id, evOpReset, func(t step, reply func(error)) {
 		w := t.w
+		if restart && s.startUnsafe(w) {
+			// Refused whole, nothing changed: an answer that says the
+			// action failed must not leave the slot reset and held
+			// (fault explorer E46: nobody knew to start it again).
+			reply(errLeaseStale)
+			return
+		}
 		prev := w.rec
 		w.rec.Restarts = policy.Reset(w.rec.Restarts)
 		w.rec.Status, w.rec.Held, w.rec.Reason = health.StatusStopped, true, "reset"
@@ -204,10 +211,6 @@ func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, rest
 		s.disarm(w, timerRestart)
 		w.unjudged = nil // reset: nothing left to count
 		t.to(stIdle)
-		if restart && s.startUnsafe(w) {
-			reply(errLeaseStale) // reset and held; started by the operator once Redis answers (E32)
-			return
-		}
 		if restart {
 			reply(s.spawn(t, health.ActorOperator, false))
 			return

@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
@@ -269,5 +270,41 @@ func TestRestartDuringAnOutageLongerThanTheLease(t *testing.T) {
 	now := h.waitFor(id, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != before.PID })
 	if now.Restarts.LifetimeRestarts != 0 {
 		t.Errorf("the restart counted: %s", describe(now))
+	}
+}
+
+// TestResetAndRestartDuringAnOutageChangesNothing: fault explorer E46
+// (redis-server seed 140767). An operator's reset+restart while Redis is
+// away cannot start the worker (E32, E40): it was answered with that
+// error, yet the reset was applied: the slot was left reset and held, and
+// no one knew to start it again (invariant 4). Refused, it changes
+// nothing: the crash history stays, and so does the stop it had.
+func TestResetAndRestartDuringAnOutageChangesNothing(t *testing.T) {
+	t.Parallel()
+	h, srv := outageHarness(t, 1)
+	id := ids("q", 1)[0]
+	h.start()
+	c := h.waitHealthy(id)[0]
+	kill(t, c.PID)
+	prev := c.PID
+	h.waitFor(id, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != prev })
+	ctx := context.Background()
+	if _, err := h.sup.StopComponent(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	before := h.waitFor(id, func(c health.Component) bool { return c.Status == health.StatusStopped && c.Held })
+	mark := h.logs.mark()
+	srv.Save()
+	srv.Stop()
+	h.logs.wait(t, mark, waitTimeout, "redis unreachable")
+	if _, err := h.sup.Reset(ctx, id, true); !errors.Is(err, supervisor.ErrSlotMoving) {
+		t.Fatalf("reset+restart while Redis is away: %v, want it refused (ErrSlotMoving)", err)
+	}
+	mark = h.logs.mark()
+	srv.Start()
+	h.logs.wait(t, mark, waitTimeout, "redis reachable again")
+	c = h.get(id)
+	if c.Reason != before.Reason || c.Restarts.LifetimeRestarts != before.Restarts.LifetimeRestarts || c.Status != health.StatusStopped || !c.Held {
+		t.Errorf("after a refused reset+restart: %s; before: %s", describe(c), describe(before))
 	}
 }
