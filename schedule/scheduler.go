@@ -222,6 +222,7 @@ func (s *Scheduler) step(ctx context.Context) time.Time {
 		err := s.fireDue(ctx, c, now)
 		switch {
 		case errors.Is(err, errStale):
+			s.cfg.Logger.Info("scheduler: schedule changed while firing: reading the schedules again", "schedule", name)
 			s.loaded = false
 			next = now
 			continue
@@ -335,6 +336,7 @@ func (s *Scheduler) refresh(ctx context.Context) error {
 		s.names = append(s.names, n)
 	}
 	s.cache, s.rev, s.loaded = cache, rev, true
+	s.cfg.Logger.Info("scheduler: schedules read", "revision", rev, "schedules", len(s.names), "listed", len(names))
 	s.entriesAt = time.Time{} // rewrite asynq's entries now
 	return nil
 }
