@@ -76,8 +76,8 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 				ErrHostInUse, s.cfg.Host, prev.Instance, prev.PID, prev.Hostname, s.cfg.Clock.Now().Sub(prev.SeenAt).Round(time.Millisecond))
 		}
 		s.log.Info("taking over from this host's previous instance", "instance", prev.Instance, "pid", prev.PID)
-		s.killFrozenOf(ctx, prev.Instance)
 	}
+	s.earlier = s.earlierWorkers()
 	if err := s.writeHost(ctx, 0); err != nil {
 		return err
 	}
@@ -205,28 +205,61 @@ func (s *Supervisor) hostEvent(ctx context.Context, action, result string) {
 	}
 }
 
-// killFrozenOf SIGKILLs, on this machine, the worker processes of this
-// host's earlier instance that are frozen (SIGSTOP). Its slots may go to
-// other hosts, which kill such a process only when they take its slot, a
-// lease and a tick after the instance died: more than invariant 2 allows
-// an orphan (stop_timeout + 1 s; fault explorer E34, seed 94415, whose
-// restarted host took the instance's other slots and not that one). A
-// frozen process does no work and is going anyway (see afterOld). The
-// records name the processes; each is checked to be that instance's
-// worker of the slot (its environment) before the signal.
-func (s *Supervisor) killFrozenOf(ctx context.Context, instance string) {
-	recs, err := s.store.List(ctx)
+// earlierWorkers finds, on this machine, the live worker processes of
+// this host's earlier instances (their environment names this cluster's
+// key prefix, this host and a spawn of another instance), by slot, and
+// SIGKILLs the frozen ones (SIGSTOP). A frozen process does no work and is
+// going anyway (see afterOld); its slot may go to other hosts, which kill
+// such a process only when they take the slot, a lease and a tick after
+// the instance died: more than invariant 2 allows an orphan (stop_timeout
+// + 1 s; fault explorer E34, seed 94415). The others end on their
+// parent-death signal within stop_timeout; a slot this instance takes
+// whose record Redis lost waits for its process (adopt), not only one a
+// record names (E48, miniredis seed 141160: after a FLUSHALL no record
+// named the frozen orphan, which outlived its supervisor by 2.3 s while
+// the new instance started a second process for its slot).
+func (s *Supervisor) earlierWorkers() map[health.ComponentID]int {
+	found := map[health.ComponentID]int{}
+	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		s.log.Warn("list the previous instance's workers", "err", err)
-		return
+		return found
 	}
-	for _, rec := range recs {
-		if rec.Host != s.cfg.Host || rec.Instance != instance || rec.PID <= 0 {
+	self, mine := os.Getpid(), s.cfg.Instance+"."
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
 			continue
 		}
-		if processStopped(rec.PID) && s.foreignWorkerAlive(rec) {
-			s.log.Warn("a worker of this host's previous instance is frozen: killing it", "component", rec.ID.String(), "pid", rec.PID)
-			_ = signalGroup(rec.PID, sigKill)
+		if pgid, err := syscall.Getpgid(pid); err != nil || pgid != pid {
+			continue // a worker leads its own process group
 		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		vars := map[string]string{}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				switch k {
+				case health.EnvPrefix, health.EnvHost, health.EnvSpawn, health.EnvComponent:
+					vars[k] = v
+				}
+			}
+		}
+		if vars[health.EnvPrefix] != s.store.Keys().Prefix || vars[health.EnvHost] != s.cfg.Host ||
+			vars[health.EnvSpawn] == "" || strings.HasPrefix(vars[health.EnvSpawn], mine) {
+			continue
+		}
+		id, err := health.ParseComponentID(vars[health.EnvComponent])
+		if err != nil || !ownedProcessAlive(pid, id) {
+			continue
+		}
+		if processStopped(pid) {
+			s.log.Warn("a worker of this host's previous instance is frozen: killing it", "component", id.String(), "pid", pid)
+			_ = signalGroup(pid, sigKill)
+			continue
+		}
+		found[id] = pid
 	}
+	return found
 }

@@ -228,3 +228,46 @@ func orphanOfKilledHost(t *testing.T, mode string, frozen bool) (env *testredis.
 	}
 	return env, store, id, old
 }
+
+// TestRestartedHostAfterADataLossStopsItsOrphans: fault explorer E48
+// (miniredis seed 141160). A host's supervisor was SIGKILLed with a worker
+// frozen, and Redis lost its data before the host's next instance joined:
+// no record named the orphan, so the next instance neither killed it (E34
+// goes by the records) nor waited for it, and started a second process for
+// its slot; the frozen orphan outlived its supervisor by 2.3 s (invariant
+// 2). The next instance finds its earlier instances' workers on this
+// machine by their environment: a frozen one is killed as it joins, a live
+// one is waited for before its slot starts again.
+func TestRestartedHostAfterADataLossStopsItsOrphans(t *testing.T) {
+	t.Parallel()
+	for _, frozen := range []bool{true, false} {
+		name := "frozen"
+		if !frozen {
+			name = "running"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			// Running: it ignores SIGTERM, so its parent-death signal
+			// does not end it at once.
+			env, store, id, old := orphanOfKilledHost(t, "ignore-term", frozen)
+			loseData(t, env.Client, env.Prefix)
+			again := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
+				Host: "c", Lease: clusterLease, StopTimeout: time.Second,
+				Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+				Policy: shortBackoff,
+			})
+			again.start()
+			c := waitFor(t, store, id, func(c health.Component) bool {
+				return c.Status == health.StatusHealthy && c.Instance == again.cfg.Instance
+			})
+			if !gone(old) {
+				t.Fatalf("the new instance runs %s (pid %d) while its earlier instance's worker %d still lives", id, c.PID, old)
+			}
+			if frozen {
+				again.logs.wait(t, 0, waitTimeout, "a worker of this host's previous instance is frozen: killing it", "pid="+strconv.Itoa(old))
+			} else {
+				again.logs.wait(t, 0, waitTimeout, "waiting for the previous supervisor's worker to exit", "pid="+strconv.Itoa(old))
+			}
+		})
+	}
+}

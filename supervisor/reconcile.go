@@ -24,6 +24,12 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedA
 	switch rec.Status {
 	case health.StatusNone:
 		w.rec = health.Component{ID: id, Restarts: rec.Restarts}
+		if pid := s.earlier[id]; ownedProcessAlive(pid, id) {
+			// Redis lost the record of this host's earlier instance's
+			// process, which still runs here (E48): wait for it.
+			s.afterOld(t, pid, false)
+			return
+		}
 		_ = s.spawn(t, health.ActorMonitor, false)
 	case health.StatusFailed:
 		s.logw(w).Warn("worker is failed: not started (reset it to start it)", "reason", rec.Restarts.FailureReason)

@@ -70,6 +70,9 @@ type Supervisor struct {
 	shuttingDown bool
 	deferred     []func()      // run once the current message is handled
 	recoverLater []deadPID     // recoveries made once Redis answers again
+	// earlier: the live worker processes of this host's earlier instances
+	// found on this machine as it joined (earlierWorkers), by slot.
+	earlier map[health.ComponentID]int
 	drained      chan struct{} // closed once shutting down and no process left
 	cluster      clusterState
 }
