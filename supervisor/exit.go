@@ -42,7 +42,7 @@ func (s *Supervisor) onExit(m exitMsg) {
 func (s *Supervisor) exitFenced(t step, pid int) {
 	w := t.w
 	s.logw(w).Info("fenced worker exited", "pid", pid)
-	s.recoverTasks(w, pid, "fenced")
+	s.recoverTasks(w, pid, "fenced", false)
 	var ls []later
 	if w.stop != nil {
 		ls, w.stop = w.stop.then, nil
@@ -70,7 +70,7 @@ func (s *Supervisor) exitStopped(t step, pid, code int, sig string) {
 	// killed, failing or lying on the way out may not have: put back what
 	// it still holds, whatever its exit (issue 12, defect 9). Recovery is
 	// idempotent and touches only tasks still active under this pid.
-	s.recoverTasks(w, pid, "stopped")
+	s.recoverTasks(w, pid, "stopped", false)
 	var thenErr error
 	if err := s.write(w, health.Write{Actor: health.ActorMonitor}); errors.Is(err, health.ErrNotOwner) {
 		thenErr = ErrSlotMoving
@@ -158,7 +158,9 @@ func (s *Supervisor) exitStale(t step, pid, code int, sig, reason, why string) {
 	r.Status, r.Reason = health.StatusCrashed, reason+" ("+why+"; not counted)"
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict != nil})
-	s.recoverTasks(w, pid, "fenced")
+	// Not a crash of the worker's; its tasks' crash is its own question:
+	// only a violent exit (a crash job's) counts against them.
+	s.recoverTasks(w, pid, "fenced", violentExit(code, sig))
 	delay := s.cfg.Lease/3 + s.cfg.StopTimeout + staleMargin
 	s.logw(w).Warn("worker exited while this host may not have held its slot alone; not counted", "pid", pid,
 		"exit_code", code, "why", why, "restart_in", delay)
@@ -182,10 +184,10 @@ func (s *Supervisor) exitUnjudged(t step, e exitSeen) {
 	r.PID, r.HasExit, r.ExitCode, r.Signal = e.pid, true, e.code, e.sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor})
 	if e.pid > 0 {
-		// Put back once Redis answers, before the verdict, and counting
-		// no crash against the tasks: it may have been a takeover (a
-		// real crash then costs a toxic task one more run).
-		s.recoverPID(deadPID{id: w.id, pid: e.pid}, "crash")
+		// Put back once Redis answers, before the verdict; a crash
+		// counted against the tasks only if the exit was violent (a
+		// takeover's SIGTERM ends a worker cleanly: see violentExit).
+		s.recoverPID(deadPID{id: w.id, pid: e.pid, crashed: violentExit(e.code, e.sig)}, "crash")
 	}
 	s.logw(w).Warn("worker exited while Redis is away; counted once this host's lease is found unbroken", "pid", e.pid,
 		"exit_code", e.code, "reason", e.reason)
@@ -289,7 +291,7 @@ func (s *Supervisor) crashed(t step, pid, code int, sig, reason, cause string) {
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor, Restarts: true, NoCheck: t.verdict != nil})
 	if pid > 0 {
-		s.recoverTasks(w, pid, "crash")
+		s.recoverTasks(w, pid, "crash", true)
 	}
 	if d.Failed {
 		r.Status, r.Reason = health.StatusFailed, d.State.FailureReason
@@ -316,7 +318,7 @@ func (s *Supervisor) crashedUncounted(t step, pid, code int, sig, reason string)
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict != nil})
 	if pid > 0 {
-		s.recoverTasks(w, pid, "crash")
+		s.recoverTasks(w, pid, "crash", true)
 	}
 	delay := s.cfg.Policy.Backoff(w.uncounted, s.cfg.Rand())
 	w.uncounted++
@@ -349,10 +351,24 @@ func (s *Supervisor) alert(kind string, ev health.Event) {
 // answers again: w may be forgotten meanwhile (released or fenced, fault
 // explorer E20), its process's tasks still active under its pid.
 //
-// Only a recovery after a crash ("crash": the process died unasked) counts
-// crashes against the tasks (see Recoverer).
-func (s *Supervisor) recoverTasks(w *worker, pid int, reason string) {
-	s.recoverPID(deadPID{id: w.id, pid: pid, crashed: reason == "crash"}, reason)
+// crashed counts a crash against the tasks whose handler had begun (see
+// Recoverer): the process died unasked, not by a stop this host asked
+// for (fault explorer E45).
+func (s *Supervisor) recoverTasks(w *worker, pid int, reason string, crashed bool) {
+	s.recoverPID(deadPID{id: w.id, pid: pid, crashed: crashed}, reason)
+}
+
+// violentExit reports whether an exit nobody here asked for was a crash of
+// what the process ran: a non-zero code, or a signal other than a request
+// to stop (SIGTERM, SIGINT). A worker asked to stop (another host's
+// takeover stops this machine's process with SIGTERM) puts its tasks back
+// and exits 0; a crash job exits 3 (the explorer's), a panic 2, a SIGKILL
+// or a SIGSEGV is a signal.
+func violentExit(code int, sig string) bool {
+	if sig != "" {
+		return sig != "SIGTERM" && sig != "SIGINT"
+	}
+	return code != 0
 }
 
 // recoverPID is recoverTasks by dead process.

@@ -117,7 +117,7 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedA
 func (s *Supervisor) afterOld(t step, pid int, term bool) {
 	w := t.w
 	if !ownedProcessAlive(pid, w.id) {
-		s.recoverTasks(w, pid, "supervisor_restart")
+		s.recoverTasks(w, pid, "supervisor_restart", false)
 		s.spawnOver(t, pid)
 		return
 	}
@@ -262,7 +262,7 @@ func (s *Supervisor) onGone(m goneMsg) {
 		return
 	}
 	w.oldPID = 0
-	s.recoverTasks(w, m.pid, "supervisor_restart")
+	s.recoverTasks(w, m.pid, "supervisor_restart", false)
 	if s.shuttingDown {
 		t.to(stIdle)
 		return

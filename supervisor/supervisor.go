@@ -68,13 +68,13 @@ type Supervisor struct {
 	redis        availability // whether Redis answers, and since when
 	stopPulse    func() bool  // stops the pulse timer
 	shuttingDown bool
-	deferred     []func()      // run once the current message is handled
-	recoverLater []deadPID     // recoveries made once Redis answers again
+	deferred     []func()  // run once the current message is handled
+	recoverLater []deadPID // recoveries made once Redis answers again
 	// earlier: the live worker processes of this host's earlier instances
 	// found on this machine as it joined (earlierWorkers), by slot.
 	earlier map[health.ComponentID]int
-	drained      chan struct{} // closed once shutting down and no process left
-	cluster      clusterState
+	drained chan struct{} // closed once shutting down and no process left
+	cluster clusterState
 }
 
 // New checks cfg and returns a supervisor that keeps its state in store.
