@@ -291,7 +291,7 @@ func (s *Supervisor) crashed(t step, pid, code int, sig, reason, cause string) {
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor, Restarts: true, NoCheck: t.verdict != nil})
 	if pid > 0 {
-		s.recoverTasks(w, pid, "crash", true)
+		s.recoverTasks(w, pid, "crash", violentExit(code, sig))
 	}
 	if d.Failed {
 		r.Status, r.Reason = health.StatusFailed, d.State.FailureReason
@@ -318,7 +318,7 @@ func (s *Supervisor) crashedUncounted(t step, pid, code int, sig, reason string)
 	r.PID, r.HasExit, r.ExitCode, r.Signal = pid, true, code, sig
 	_ = s.write(w, health.Write{Actor: health.ActorMonitor, NoCheck: t.verdict != nil})
 	if pid > 0 {
-		s.recoverTasks(w, pid, "crash", true)
+		s.recoverTasks(w, pid, "crash", violentExit(code, sig))
 	}
 	delay := s.cfg.Policy.Backoff(w.uncounted, s.cfg.Rand())
 	w.uncounted++
