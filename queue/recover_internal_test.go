@@ -142,23 +142,8 @@ func TestRecoverPicksOnlyTheDeadProcessesActiveTasks(t *testing.T) {
 // crash count the requeue leaves, is already on the stream: a worker that
 // takes it at once cannot announce processing before it.
 func TestRequeueEventBeforePending(t *testing.T) {
-	env := testredis.New(t)
-	rdb := env.Client
-	ctx := context.Background()
-	q := testQueue(t, env, "ro")
-	store := health.NewStore(rdb, env.Prefix, 0)
-	keys := store.Keys()
-	comp := health.ComponentID{Queue: q, Slot: 0}
-	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("a")); err != nil {
-		t.Fatal(err)
-	}
-	lease := time.Now().Add(30 * time.Second).Unix()
-	if err := vigilDequeueScript.Run(ctx, rdb, []string{asynqPendingKey(q), asynqPausedKey(q), asynqActiveKey(q), asynqLeaseKey(q), keys.DeadOwners(q)},
-		lease, asynqTaskPrefix(q), ownerField, ownerOf(comp, 100), keys.JobPrefix(q), health.JobCrashesSuffix,
-		health.JobSoloCrashesSuffix, runField).Err(); err != nil {
-		t.Fatal(err)
-	}
-	rdb.HSet(ctx, keys.Running(comp), "a", "100:1")
+	rdb, store, q, comp := runningTask(t, "ro")
+	ctx, keys := context.Background(), store.Keys()
 
 	r := NewRecoverer(store, RecovererConfig{Metrics: new(Metrics), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	checked := false
@@ -204,23 +189,8 @@ func TestRequeueEventBeforePending(t *testing.T) {
 // its handler ever running. A process that was asked to stop did not
 // crash: its tasks go back with their counters as they were.
 func TestRecoverAfterAStopCountsNoCrash(t *testing.T) {
-	env := testredis.New(t)
-	rdb := env.Client
-	ctx := context.Background()
-	q := testQueue(t, env, "rs")
-	store := health.NewStore(rdb, env.Prefix, 0)
-	keys := store.Keys()
-	comp := health.ComponentID{Queue: q, Slot: 0}
-	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("a")); err != nil {
-		t.Fatal(err)
-	}
-	lease := time.Now().Add(30 * time.Second).Unix()
-	if err := vigilDequeueScript.Run(ctx, rdb, []string{asynqPendingKey(q), asynqPausedKey(q), asynqActiveKey(q), asynqLeaseKey(q), keys.DeadOwners(q)},
-		lease, asynqTaskPrefix(q), ownerField, ownerOf(comp, 100), keys.JobPrefix(q), health.JobCrashesSuffix,
-		health.JobSoloCrashesSuffix, runField).Err(); err != nil {
-		t.Fatal(err)
-	}
-	rdb.HSet(ctx, keys.Running(comp), "a", "100:1") // its handler had begun
+	rdb, store, q, comp := runningTask(t, "rs")
+	ctx, keys := context.Background(), store.Keys()
 
 	r := NewRecoverer(store, RecovererConfig{Metrics: new(Metrics), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if n, err := r.Recover(ctx, comp, 100, false); err != nil || n != 1 {
@@ -235,4 +205,28 @@ func TestRecoverAfterAStopCountsNoCrash(t *testing.T) {
 	if h := rdb.HGetAll(ctx, keys.Running(comp)).Val(); len(h) != 0 {
 		t.Errorf("running hash %v after the recovery", h)
 	}
+}
+
+// runningTask enqueues task "a" on a queue of its own (named after name)
+// and dequeues it as process 100 of the queue's slot 0 does, its handler
+// begun (listed in the slot's running hash).
+func runningTask(t *testing.T, name string) (*redis.Client, *health.Store, string, health.ComponentID) {
+	t.Helper()
+	env := testredis.New(t)
+	rdb, ctx := env.Client, context.Background()
+	q := testQueue(t, env, name)
+	store := health.NewStore(rdb, env.Prefix, 0)
+	keys := store.Keys()
+	comp := health.ComponentID{Queue: q, Slot: 0}
+	if _, err := asynq.NewClientFromRedisClient(rdb).Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID("a")); err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(30 * time.Second).Unix()
+	if err := vigilDequeueScript.Run(ctx, rdb, []string{asynqPendingKey(q), asynqPausedKey(q), asynqActiveKey(q), asynqLeaseKey(q), keys.DeadOwners(q)},
+		lease, asynqTaskPrefix(q), ownerField, ownerOf(comp, 100), keys.JobPrefix(q), health.JobCrashesSuffix,
+		health.JobSoloCrashesSuffix, runField).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.HSet(ctx, keys.Running(comp), "a", "100:1")
+	return rdb, store, q, comp
 }

@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/policy"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -23,14 +20,7 @@ import (
 // back.
 func TestCrashDuringOutageDoesNotCascadeToFailed(t *testing.T) {
 	t.Parallel()
-	srv := testredis.StartServer(t)
-	opt, err := redis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
-	h := newHarnessOn(t, rdb, srv.URL, "vigil:", supervisor.Config{
+	h, srv := serverHarness(t, supervisor.Config{
 		Pools: []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "needredis"}}},
 		// Three counted crashes in the window make it failed.
 		Policy: policy.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond, MaxInWindow: 3},

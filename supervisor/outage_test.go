@@ -19,6 +19,16 @@ import (
 // redis-server of the test's own, which the test stops and starts.
 func outageHarness(t testing.TB, n int) (*harness, *testredis.Server) {
 	t.Helper()
+	return serverHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+}
+
+// serverHarness is a harness on a redis-server of its own, which the test
+// may stop, start and wipe.
+func serverHarness(t testing.TB, cfg supervisor.Config) (*harness, *testredis.Server) {
+	t.Helper()
 	srv := testredis.StartServer(t)
 	opt, err := redis.ParseURL(srv.URL)
 	if err != nil {
@@ -26,11 +36,7 @@ func outageHarness(t testing.TB, n int) (*harness, *testredis.Server) {
 	}
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
-	h := newHarnessOn(t, rdb, srv.URL, "vigil:", supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
-		Policy: shortBackoff,
-	})
-	return h, srv
+	return newHarnessOn(t, rdb, srv.URL, "vigil:", cfg), srv
 }
 
 // outage stops the server, waits until the supervisor has noticed and

@@ -4,10 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/policy"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -19,15 +16,8 @@ import (
 // that the process was healthy when it died.
 func TestUnjudgedCrashKeepsTheStableRunReset(t *testing.T) {
 	t.Parallel()
-	srv := testredis.StartServer(t)
-	opt, err := redis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
 	stable := 400 * time.Millisecond
-	h := newHarnessOn(t, rdb, srv.URL, "vigil:", supervisor.Config{
+	h, srv := serverHarness(t, supervisor.Config{
 		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
 		Policy: policy.Config{BackoffBase: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond, StableAfter: stable},
 	})
