@@ -27,7 +27,7 @@ func (s *Supervisor) onExit(m exitMsg) {
 	s.disarm(w, timerKill)
 	switch w.state {
 	case stFenced:
-		s.exitFenced(t, pid)
+		s.exitFenced(t, pid, code, sig)
 	case stStopping, stReleasing:
 		s.exitStopped(t, pid, code, sig)
 	case stRunning:
@@ -39,10 +39,10 @@ func (s *Supervisor) onExit(m exitMsg) {
 // the new owner's: nothing is written; whatever waited for its stop is
 // answered with ErrSlotMoving. Its tasks still marked running under its pid
 // are put back (scoped to the pid, so the new owner's are untouched).
-func (s *Supervisor) exitFenced(t step, pid int) {
+func (s *Supervisor) exitFenced(t step, pid, code int, sig string) {
 	w := t.w
 	s.logw(w).Info("fenced worker exited", "pid", pid)
-	s.recoverTasks(w, pid, "fenced", false)
+	s.recoverTasks(w, pid, "fenced", diedOfItsTasks(w.stop, w, code, sig))
 	var ls []later
 	if w.stop != nil {
 		ls, w.stop = w.stop.then, nil
@@ -70,7 +70,7 @@ func (s *Supervisor) exitStopped(t step, pid, code int, sig string) {
 	// killed, failing or lying on the way out may not have: put back what
 	// it still holds, whatever its exit (issue 12, defect 9). Recovery is
 	// idempotent and touches only tasks still active under this pid.
-	s.recoverTasks(w, pid, "stopped", false)
+	s.recoverTasks(w, pid, "stopped", diedOfItsTasks(st, w, code, sig))
 	var thenErr error
 	if err := s.write(w, health.Write{Actor: health.ActorMonitor}); errors.Is(err, health.ErrNotOwner) {
 		thenErr = ErrSlotMoving
@@ -356,6 +356,19 @@ func (s *Supervisor) alert(kind string, ev health.Event) {
 // for (fault explorer E45).
 func (s *Supervisor) recoverTasks(w *worker, pid int, reason string, crashed bool) {
 	s.recoverPID(deadPID{id: w.id, pid: pid, crashed: crashed}, reason)
+}
+
+// diedOfItsTasks reports whether a process this host asked to stop died
+// of what it ran rather than of the stop: a violent exit (a crash job that
+// crashed it on its way out, exit 3 while being released: explorer seeds
+// 150226, 140201 ran a crash job once more than job_crash_retries allows)
+// that is not this host's own SIGKILL at stop_timeout. A clean exit, or
+// SIGTERM's, is the stop's (E45).
+func diedOfItsTasks(st *stopReq, w *worker, code int, sig string) bool {
+	if st != nil && st.killed || w.kill.code != 0 {
+		return false
+	}
+	return violentExit(code, sig)
 }
 
 // violentExit reports whether an exit nobody here asked for was a crash of

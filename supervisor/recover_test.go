@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -65,4 +66,33 @@ func TestCleanExitAfterStopRecoversTasks(t *testing.T) {
 		}
 	}
 	t.Errorf("asked to recover %v after a clean stop of %d, want %v", rec.asked(), pid, want)
+}
+
+// TestViolentExitDuringAStopCountsAgainstTheTasks: a process asked to stop
+// that dies of what it runs on its way out (exit 3 while being stopped: a
+// crash job's) counts a crash against its tasks; only a clean exit, or
+// SIGTERM's, is the stop's (E45). Explorer seeds 150226 and 140201: a crash
+// job whose process exited 3 while it was being released ran once more
+// than job_crash_retries allows.
+func TestViolentExitDuringAStopCountsAgainstTheTasks(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	h := newHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "term-exit", "3"}}},
+		Policy:    longBackoff,
+		Recoverer: rec,
+	})
+	id := health.ComponentID{Queue: "q"}
+	h.start()
+	pid := h.waitFor(id, isStatus(health.StatusHealthy)).PID
+	c, err := h.sup.StopComponent(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ExitCode != 3 || c.Status != health.StatusStopped {
+		t.Fatalf("after the stop: %s, want stopped with exit code 3", describe(c))
+	}
+	if want := (recovered{id, pid, true}); !slices.Contains(rec.asked(), want) {
+		t.Errorf("asked to recover %v after a violent exit during a stop, want %v", rec.asked(), want)
+	}
 }

@@ -130,6 +130,12 @@ func main() {
 	if err := hb.Run(ctx); err != nil {
 		fatal(err.Error())
 	}
+	if mode == "term-exit" {
+		// Dies with code arg on its way out, as a job that crashes the
+		// process while it stops would.
+		n, _ := strconv.Atoi(arg)
+		os.Exit(n)
+	}
 }
 
 func fatal(msg string) {
