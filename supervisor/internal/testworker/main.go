@@ -3,7 +3,9 @@
 // says:
 //
 //	beat            heartbeat until SIGTERM, then exit 0 (a failed first
-//	                heartbeat is retried, as a real worker's)
+//	                heartbeat is retried, as a real worker's); SIGUSR1 quiets
+//	                it once the beat under way has had its replies (it
+//	                prints "quiet <pid>"), SIGUSR2 lets it beat again
 //	exit N          exit with code N at once (no heartbeat)
 //	beat-exit N     one heartbeat, then exit with code N
 //	hang            one heartbeat, then stay alive without beating
@@ -26,10 +28,12 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
 	"github.com/vigil-dev/vigil/internal/redisconn"
 )
 
@@ -57,6 +61,9 @@ func main() {
 	hb := &health.Heartbeater{Store: store, ID: env.Component, PID: os.Getpid(), Host: env.Host,
 		StartedAt: time.Now(), Interval: env.HeartbeatInterval, TTL: env.HeartbeatTTL,
 		RecoverMin: env.RecoverMin, RecoverMax: env.RecoverMax}
+	if mode == "beat" {
+		hb.Clock = newGate()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if mode == "ignore-term" {
@@ -141,4 +148,59 @@ func main() {
 func fatal(msg string) {
 	fmt.Fprintln(os.Stderr, "testworker:", msg)
 	os.Exit(70)
+}
+
+// gate is the heartbeater's clock in beat mode. A test that deletes a
+// worker's keys needs no beat of the worker's in flight, or the beat may
+// reach Redis after the delete and write them again: SIGUSR1 holds the next
+// beat back, and the first beat the heartbeater schedules after it (its
+// beat under way has had its replies) prints "quiet <pid>". SIGUSR2 lets
+// the held beat go.
+type gate struct {
+	clock.Real
+	mu    sync.Mutex
+	quiet bool
+	held  func()
+}
+
+func newGate() *gate {
+	g := &gate{}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1, syscall.SIGUSR2)
+	go func() {
+		for s := range sig {
+			g.mu.Lock()
+			g.quiet = s == syscall.SIGUSR1
+			if f := g.held; !g.quiet && f != nil {
+				g.held = nil
+				go f()
+			}
+			g.mu.Unlock()
+		}
+	}()
+	return g
+}
+
+func (g *gate) AfterFunc(d time.Duration, f func()) clock.Timer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.quiet {
+		return time.AfterFunc(d, f)
+	}
+	if g.held == nil {
+		fmt.Println("quiet", os.Getpid())
+	}
+	g.held = f
+	return heldTimer{g}
+}
+
+// heldTimer is the timer of a beat held back while quiet.
+type heldTimer struct{ g *gate }
+
+func (t heldTimer) Stop() bool {
+	t.g.mu.Lock()
+	defer t.g.mu.Unlock()
+	held := t.g.held != nil
+	t.g.held = nil
+	return held
 }
