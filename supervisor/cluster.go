@@ -207,7 +207,7 @@ func (s *Supervisor) hostEvent(ctx context.Context, action, result string) {
 
 // earlierWorkers finds, on this machine, the live worker processes of
 // this host's earlier instances (their environment names this cluster's
-// key prefix, this host and a spawn of another instance), by slot, and
+// Redis URL and key prefix, this host and a spawn of another instance), by slot, and
 // SIGKILLs the frozen ones (SIGSTOP). A frozen process does no work and is
 // going anyway (see afterOld); its slot may go to other hosts, which kill
 // such a process only when they take the slot, a lease and a tick after
@@ -241,12 +241,15 @@ func (s *Supervisor) earlierWorkers() map[health.ComponentID]int {
 		for _, kv := range strings.Split(string(env), "\x00") {
 			if k, v, ok := strings.Cut(kv, "="); ok {
 				switch k {
-				case health.EnvPrefix, health.EnvHost, health.EnvSpawn, health.EnvComponent:
+				case health.EnvRedisURL, health.EnvPrefix, health.EnvHost, health.EnvSpawn, health.EnvComponent:
 					vars[k] = v
 				}
 			}
 		}
-		if vars[health.EnvPrefix] != s.store.Keys().Prefix || vars[health.EnvHost] != s.cfg.Host ||
+		// The same host id and prefix on another Redis is another cluster
+		// (a second deployment on this machine, or a test beside another):
+		// its workers are not this host's to kill or wait for.
+		if vars[health.EnvRedisURL] != s.cfg.RedisURL || vars[health.EnvPrefix] != s.store.Keys().Prefix || vars[health.EnvHost] != s.cfg.Host ||
 			vars[health.EnvSpawn] == "" || strings.HasPrefix(vars[health.EnvSpawn], mine) {
 			continue
 		}

@@ -271,3 +271,51 @@ func TestRestartedHostAfterADataLossStopsItsOrphans(t *testing.T) {
 		})
 	}
 }
+
+// TestAnotherClustersWorkersAreNotThisHosts: two clusters on one machine
+// with the same host id and key prefix, on different Redis servers (two
+// deployments, or two tests side by side). A host that joins finds its
+// earlier instances' workers by their environment (E48); another
+// cluster's are not among them: it neither kills the frozen one nor waits
+// for the live one (make test failed so: a test's worker was SIGKILLed by
+// a supervisor of a test beside it, and that supervisor's slots waited 3 s
+// for workers not its own).
+func TestAnotherClustersWorkersAreNotThisHosts(t *testing.T) {
+	t.Parallel()
+	cfg := supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+		// The other cluster does not judge its frozen worker hung while
+		// this test runs.
+		Heartbeat: supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: time.Minute},
+	}
+	other, _ := serverHarness(t, cfg)
+	other.start()
+	theirs := other.waitHealthy(ids("q", 2)...)
+	freeze(t, theirs[0].PID)
+	t.Cleanup(func() { _ = syscall.Kill(theirs[0].PID, syscall.SIGCONT) })
+
+	h, _ := serverHarness(t, cfg)
+	if h.cfg.Host != other.cfg.Host || h.store.Keys().Prefix != other.store.Keys().Prefix || h.cfg.RedisURL == other.cfg.RedisURL {
+		t.Fatalf("host %q prefix %q url %q beside host %q prefix %q url %q: want the same host and prefix on another Redis",
+			h.cfg.Host, h.store.Keys().Prefix, h.cfg.RedisURL, other.cfg.Host, other.store.Keys().Prefix, other.cfg.RedisURL)
+	}
+	h.start()
+	mine := h.waitHealthy(ids("q", 2)...)
+	for _, part := range []string{"previous instance", "previous supervisor"} {
+		if i, ok := h.logs.find(0, part); ok {
+			t.Errorf("this host took another cluster's worker for its own: %s", h.logs.line(i))
+		}
+	}
+	for i, c := range mine {
+		if c.PID == theirs[i].PID || c.Restarts.LifetimeRestarts != 0 {
+			t.Errorf("%s: %s, the other cluster's process %d", c.ID, describe(c), theirs[i].PID)
+		}
+	}
+	if gone(theirs[0].PID) || state(theirs[0].PID) != 'T' {
+		t.Errorf("the other cluster's frozen worker %d: gone %v, state %q", theirs[0].PID, gone(theirs[0].PID), state(theirs[0].PID))
+	}
+	if gone(theirs[1].PID) {
+		t.Errorf("the other cluster's worker %d is gone", theirs[1].PID)
+	}
+}
