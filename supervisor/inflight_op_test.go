@@ -107,7 +107,7 @@ func TestRestartedHostOverItsOwnStartInFlight(t *testing.T) {
 // TestRestartedHostFindsItsOwnStartInFlight: the other half of the fix
 // for TestRestartedHostOverItsOwnStartInFlight. The earlier instance's
 // process is on this machine, its environment naming the slot, the
-// cluster's prefix and a spawn of that instance: the new instance finds
+// cluster's Redis URL and prefix, this host and a spawn of that instance: the new instance finds
 // it, waits for it as for a process whose pid was recorded (waiting_old,
 // SIGKILL at stop_timeout) and starts the slot only once it is gone.
 func TestRestartedHostFindsItsOwnStartInFlight(t *testing.T) {
@@ -118,8 +118,8 @@ func TestRestartedHostFindsItsOwnStartInFlight(t *testing.T) {
 	writeRecord(t, store, health.Component{ID: id, Status: health.StatusStarting, Host: "h0", Instance: "earlier",
 		StartedAt: time.Now()})
 	inflight := exec.Command("sleep", "60")
-	inflight.Env = append(os.Environ(), health.EnvComponent+"="+id.String(), health.EnvPrefix+"="+store.Keys().Prefix,
-		health.EnvSpawn+"=earlier.7")
+	inflight.Env = append(os.Environ(), health.EnvComponent+"="+id.String(), health.EnvRedisURL+"="+env.URL,
+		health.EnvPrefix+"="+store.Keys().Prefix, health.EnvHost+"=h0", health.EnvSpawn+"=earlier.7")
 	inflight.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := inflight.Start(); err != nil {
 		t.Fatal(err)
