@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -37,8 +38,15 @@ type Result struct {
 	Took       time.Duration
 	LogDir     string // kept when the seed failed
 	Phases     string // how long each phase took
+	PhaseTimes []PhaseTime
 	Overloaded bool   // the machine was too busy for the timings (see loadMeter)
 	Load       string
+}
+
+// PhaseTime is how long one phase of a seed took.
+type PhaseTime struct {
+	Name string
+	Took time.Duration
 }
 
 // Failed reports whether the seed broke an invariant.
@@ -81,7 +89,9 @@ func RunSeed(seed uint64, opts Options, sh *Shared) Result {
 	var phases []string
 	mark := time.Now()
 	phase := func(name string) {
-		phases = append(phases, fmt.Sprintf("%s %.1fs", name, time.Since(mark).Seconds()))
+		took := time.Since(mark)
+		phases = append(phases, fmt.Sprintf("%s %.1fs", name, took.Seconds()))
+		res.PhaseTimes = append(res.PhaseTimes, PhaseTime{name, took})
 		mark = time.Now()
 	}
 	func() {
@@ -164,6 +174,7 @@ type Summary struct {
 	FailedSeeds   []uint64
 	ByInvariant   map[int]int
 	ByBackend     map[string]int // seeds run on each Redis
+	Phases        []PhaseTime    // each phase's time, added over the seeds, in the order first seen
 }
 
 // Add counts one result.
@@ -174,6 +185,14 @@ func (s *Summary) Add(r Result) {
 	s.Seeds++
 	s.ByBackend[r.Backend]++
 	s.Took += r.Took
+	for _, p := range r.PhaseTimes {
+		i := slices.IndexFunc(s.Phases, func(q PhaseTime) bool { return q.Name == p.Name })
+		if i < 0 {
+			s.Phases = append(s.Phases, PhaseTime{Name: p.Name})
+			i = len(s.Phases) - 1
+		}
+		s.Phases[i].Took += p.Took
+	}
 	if r.Overloaded {
 		s.Overloaded++
 	}
@@ -224,7 +243,11 @@ func (s Summary) String() string {
 			on = append(on, fmt.Sprintf("%d on %s", n, b))
 		}
 	}
-	return fmt.Sprintf("seeds %d (%s; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d archived toxic before their handler wrote a line\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
-		s.Seeds, strings.Join(on, ", "), s.Overloaded, s.Failed, inv, s.Inconclusive, strings.Join(kinds, ", "), s.Jobs.Enqueued, s.Jobs.Refused, s.Jobs.Completed, s.Jobs.Archived,
+	var phases []string
+	for _, p := range s.Phases {
+		phases = append(phases, fmt.Sprintf("%s %.2fs", p.Name, p.Took.Seconds()/float64(max(1, s.Seeds))))
+	}
+	return fmt.Sprintf("seeds %d (%s; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nmean phases of a seed: %s\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d archived toxic before their handler wrote a line\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
+		s.Seeds, strings.Join(on, ", "), s.Overloaded, s.Failed, inv, s.Inconclusive, strings.Join(phases, ", "), strings.Join(kinds, ", "), s.Jobs.Enqueued, s.Jobs.Refused, s.Jobs.Completed, s.Jobs.Archived,
 		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ToxicUnseen, s.Ticks.Fired, s.Ticks.Twice, s.Ticks.Gaps, s.FailedSeeds)
 }
