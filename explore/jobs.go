@@ -99,18 +99,23 @@ func (w *world) enqueue(j Job) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	at := time.Now()
-	_, err := w.qc.Enqueue(ctx, j.Queue, asynq.NewTask(j.Type, payload), asynq.TaskID(id),
-		asynq.MaxRetry(maxRetry), asynq.Retention(time.Hour))
-	if err != nil {
-		w.jobs.mu.Lock()
-		w.jobs.failed++
-		w.jobs.mu.Unlock()
-		return
-	}
+	// Known before the enqueue returns: an operator action may find the
+	// task in Redis first (seed 161214: a delete found it pending while
+	// the enqueue's reply was still on its way, did not mark it deleted,
+	// and the judge found the job vanished). The judge goes by order.
 	w.jobs.mu.Lock()
 	w.jobs.byID[id] = &jobRec{id: id, queue: j.Queue, typ: j.Type, maxRetry: maxRetry, at: at, retriedAtRuns: -1}
-	w.jobs.order = append(w.jobs.order, id)
 	w.jobs.mu.Unlock()
+	_, err := w.qc.Enqueue(ctx, j.Queue, asynq.NewTask(j.Type, payload), asynq.TaskID(id),
+		asynq.MaxRetry(maxRetry), asynq.Retention(time.Hour))
+	w.jobs.mu.Lock()
+	defer w.jobs.mu.Unlock()
+	if err != nil {
+		delete(w.jobs.byID, id)
+		w.jobs.failed++
+		return
+	}
+	w.jobs.order = append(w.jobs.order, id)
 }
 
 // runJobs enqueues the seed's stream until it ends or the faults stop.
