@@ -235,7 +235,7 @@ func (s *Supervisor) foreignWorkerAlive(rec health.Component) bool {
 }
 
 // workerOf reports whether pid is alive here and its environment names
-// slot id, this cluster's Redis URL and key prefix and, unless instance is "", a spawn
+// slot id, this cluster's key prefix and, unless instance is "", a spawn
 // of that instance.
 func (s *Supervisor) workerOf(pid int, id health.ComponentID, instance string) bool {
 	if !ownedProcessAlive(pid, id) {
@@ -245,9 +245,11 @@ func (s *Supervisor) workerOf(pid int, id health.ComponentID, instance string) b
 	if err != nil {
 		return false
 	}
+	// Not the Redis URL: hosts of one cluster on one machine may reach
+	// Redis by different addresses (the explorer's hosts each through a
+	// proxy of its own), and the pid comes from this cluster's record.
 	vars := "\x00" + string(env)
-	if !strings.Contains(vars, "\x00"+health.EnvPrefix+"="+s.store.Keys().Prefix+"\x00") ||
-		!strings.Contains(vars, "\x00"+health.EnvRedisURL+"="+s.cfg.RedisURL+"\x00") {
+	if !strings.Contains(vars, "\x00"+health.EnvPrefix+"="+s.store.Keys().Prefix+"\x00") {
 		return false
 	}
 	return instance == "" || strings.Contains(vars, "\x00"+health.EnvSpawn+"="+instance+".")
