@@ -69,6 +69,23 @@ func (h *handlerRuns) leave(id string, r *handlerRun) {
 	}
 }
 
+// inside reports whether r's handler started and has not returned: it may
+// still be inside its task, whatever its context says.
+func (h *handlerRuns) inside(r *handlerRun) bool {
+	h.mu.Lock()
+	started := r.started
+	h.mu.Unlock()
+	if !started {
+		return false
+	}
+	select {
+	case <-r.returned:
+		return false
+	default:
+		return true
+	}
+}
+
 // handedBack reports whether r was handed back.
 func (h *handlerRuns) handedBack(r *handlerRun) bool {
 	h.mu.Lock()

@@ -235,6 +235,15 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	// same seconds is reported as an abort too: asynq retries those.
 	aborted := w.shuttingDown.Load() && (errors.Is(ctx.Err(), context.Canceled) || w.runs.handedBack(j.run))
 	ok := err == nil && !aborted
+	// A handler asynq's shutdown gave up on that is still inside the task
+	// (it did not heed its context) keeps the task's running record: if it
+	// then brings the process down, the supervisor's recovery must count
+	// that crash against the task (explorer seed 150168: the record was
+	// deleted here, the crash job then killed the process on its way out,
+	// the recovery found no run and counted nothing, and the job ran once
+	// more than job_crash_retries 0 allows). The process is ending: its
+	// recovery, owner-scoped, removes the record.
+	keepRunning := aborted && j.run != nil && w.runs.inside(j.run)
 	switch {
 	case aborted:
 		ev.State = StateAbortedShutdown
@@ -279,7 +288,9 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	w.current.change(j.id, false, func(cur currentChange) {
 		cur.mark(&ev)
 		w.write(ctx, j, string(ev.State), func(ctx context.Context, pipe redis.Pipeliner) {
-			pipe.HDel(ctx, keys.Running(w.id), j.id)
+			if !keepRunning {
+				pipe.HDel(ctx, keys.Running(w.id), j.id)
+			}
 			if cur.changed {
 				w.store.SetCurrentJobTo(ctx, pipe, w.id, cur.job, cur.seq)
 			}
