@@ -123,6 +123,12 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 	}
 	t.to(stWaitingOld)
 	w.oldPID = pid
+	// Its parent, read before any signal: it may be gone (a zombie) by
+	// the first poll.
+	parent, buf := 0, make([]byte, 1024)
+	if p, ok := readStat(pid, buf); ok {
+		parent = p.ppid
+	}
 	switch {
 	case processStopped(pid):
 		s.logw(w).Warn("the previous supervisor's worker is frozen: killing it", "pid", pid)
@@ -141,6 +147,9 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 		defer s.wg.Done()
 		start := time.Now()
 		for ownedProcessAlive(pid, id) {
+			if p, ok := readStat(pid, buf); ok {
+				parent = p.ppid
+			}
 			if time.Since(start) > deadline || processStopped(pid) {
 				_ = signalGroup(pid, sigKill)
 			}
@@ -148,6 +157,24 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 			case <-s.dead:
 				return
 			case <-time.After(20 * time.Millisecond): // polling another process's /proc entry
+			}
+		}
+		if term && parentLives(parent) {
+			// The lost host's supervisor still runs here: it reaps the
+			// process, and only it knows how it ended. Its own recovery
+			// counts a crash against the tasks if the process died of
+			// them (a crash job that brought it down on its way out);
+			// this host's, which cannot tell, counts none. Both are
+			// idempotent and the first takes the tasks: that host is
+			// given an op_timeout to be first (explorer seed 110816: this
+			// host's recovery came 11 ms before the parent's, and a crash
+			// job ran once more than job_crash_retries allows). A parent
+			// cut from Redis defers its recovery; this host's then puts
+			// the tasks back, uncounted, as before.
+			select {
+			case <-s.dead:
+				return
+			case <-time.After(s.cfg.OpTimeout):
 			}
 		}
 		select {
@@ -225,6 +252,17 @@ func (s *Supervisor) spawnedBy(id health.ComponentID, instance string) int {
 		}
 	}
 	return 0
+}
+
+// parentLives reports whether pid, the last parent seen of a process now
+// gone, still runs and is neither init nor this process: the process's own
+// supervisor (a reparented orphan's parent is init or a subreaper, which
+// costs only the wait).
+func parentLives(pid int) bool {
+	if pid <= 1 || pid == os.Getpid() {
+		return false
+	}
+	return syscall.Kill(pid, 0) == nil
 }
 
 // foreignWorkerAlive reports whether rec's process, of another host, runs

@@ -2,11 +2,17 @@ package supervisor_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/testredis"
+	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -94,5 +100,65 @@ func TestViolentExitDuringAStopCountsAgainstTheTasks(t *testing.T) {
 	}
 	if want := (recovered{id, pid, true}); !slices.Contains(rec.asked(), want) {
 		t.Errorf("asked to recover %v after a violent exit during a stop, want %v", rec.asked(), want)
+	}
+}
+
+// TestLostHostsOwnRecoveryCountsItsWorkersCrash: explorer seed 110816. A
+// host took over a slot from a host it found lost (its lease lapsed: here
+// its supervisor is frozen) whose worker still ran on this machine, and
+// SIGTERMed that worker; a crash job brought the worker down on its way out
+// (exit 3). Only its parent, the lost host's supervisor, sees how it ended
+// and counts that crash against the task; the taker cannot tell, and its
+// own recovery, first by 11 ms, put the task back uncounted: the job ran
+// once more than job_crash_retries allows. The taker now gives a live
+// parent an op_timeout to recover first.
+func TestLostHostsOwnRecoveryCountsItsWorkersCrash(t *testing.T) {
+	t.Parallel()
+	env := testredis.New(t)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	// asynq's keys carry no test prefix: a queue of the test's own.
+	q := "lost" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	id := health.ComponentID{Queue: q}
+	c := startHostProcess(t, env, "c", 1, clusterLease, "-mode", "term-exit 3", "-queue", q, "-recover")
+	pid := waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
+	// A crash job's handler is inside its task in that worker.
+	state := activeTask(t, env.Client, id, pid, "toxic")
+	if err := env.Client.HSet(context.Background(), store.Keys().Running(id), "toxic", strconv.Itoa(pid)+":"+strconv.FormatInt(time.Now().UnixMilli(), 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Host c is lost to the cluster (its supervisor cannot renew), not
+	// dead: it reaps its worker once it runs again.
+	if err := syscall.Kill(c.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	cont := func() { _ = syscall.Kill(c.Process.Pid, syscall.SIGCONT) }
+	t.Cleanup(cont)
+	b := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
+		Host: "b", Lease: clusterLease, StopTimeout: time.Second,
+		// The parent's grace is an op_timeout: room for c to wake and
+		// recover on a loaded machine.
+		OpTimeout: 3 * time.Second,
+		Pools:     []supervisor.Pool{{Queue: q, Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy:    shortBackoff,
+		Recoverer: queue.NewRecoverer(store, queue.RecovererConfig{Logger: slog.New(slog.DiscardHandler)}),
+	})
+	b.start()
+	b.logs.wait(t, 0, waitTimeout, "waiting for the previous supervisor's worker to exit", "pid="+strconv.Itoa(pid), "lost_host=true")
+	// The worker exits 3 on the SIGTERM: a zombie until c reaps it.
+	for deadline := time.Now().Add(waitTimeout); !gone(pid); {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %d still runs after the taker's SIGTERM", pid)
+		}
+		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
+	}
+	cont()
+	for deadline := time.Now().Add(waitTimeout); state() != "pending"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("task %q after the worker's exit, want pending", state())
+		}
+		<-time.After(10 * time.Millisecond) // polling the task's state in Redis
+	}
+	if n, _ := env.Client.Get(context.Background(), store.Keys().JobCrashes(q, "toxic")).Int(); n != 1 {
+		t.Errorf("crashes counted against the task whose handler brought its worker down: %d, want 1", n)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -40,28 +41,37 @@ func main() {
 	interval := flag.Duration("interval", 100*time.Millisecond, "heartbeat interval")
 	ttl := flag.Duration("ttl", time.Second, "heartbeat TTL")
 	cluster := flag.Bool("cluster", false, "cluster member: print \"started\" once running instead of waiting for every worker")
+	queueName := flag.String("queue", "q", "the pool's queue")
+	recoverTasks := flag.Bool("recover", false, "requeue a dead worker's tasks (queue.Recoverer)")
 	flag.Parse()
 	hb := supervisor.Heartbeat{Interval: *interval, TTL: *ttl}
-	if err := run(*url, *prefix, []string{*worker, *mode}, *host, *n, *stopTimeout, *lease, hb, *cluster); err != nil {
+	// A mode with an argument ("term-exit 3") is split into words.
+	cmd := append([]string{*worker}, strings.Fields(*mode)...)
+	if err := run(*url, *prefix, cmd, *queueName, *host, *n, *stopTimeout, *lease, hb, *cluster, *recoverTasks); err != nil {
 		fmt.Fprintln(os.Stderr, "testsupervisor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, prefix string, worker []string, host string, n int, stopTimeout, lease time.Duration, hb supervisor.Heartbeat, cluster bool) error {
+func run(url, prefix string, worker []string, q, host string, n int, stopTimeout, lease time.Duration, hb supervisor.Heartbeat, cluster, recoverTasks bool) error {
 	rdb, err := redisconn.Open(url)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
 	store := health.NewStore(rdb, prefix, 0)
-	sup, err := supervisor.New(supervisor.Config{
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg := supervisor.Config{
 		Host: host, RedisURL: url, Prefix: prefix, Lease: lease,
-		Pools:       []supervisor.Pool{{Queue: "q", Workers: n, Command: worker}},
+		Pools:       []supervisor.Pool{{Queue: q, Workers: n, Command: worker}},
 		Heartbeat:   hb,
 		StopTimeout: stopTimeout,
-		Logger:      slog.New(slog.NewTextHandler(os.Stderr, nil)),
-	}, store)
+		Logger:      logger,
+	}
+	if recoverTasks {
+		cfg.Recoverer = queue.NewRecoverer(store, queue.RecovererConfig{Logger: logger})
+	}
+	sup, err := supervisor.New(cfg, store)
 	if err != nil {
 		return err
 	}
@@ -76,7 +86,7 @@ func run(url, prefix string, worker []string, host string, n int, stopTimeout, l
 		<-ctx.Done()
 		return nil
 	}
-	pids, err := waitHealthy(ctx, store, n)
+	pids, err := waitHealthy(ctx, store, q, n)
 	if err != nil {
 		return err
 	}
@@ -87,10 +97,10 @@ func run(url, prefix string, worker []string, host string, n int, stopTimeout, l
 
 // waitHealthy blocks on the event stream until the n workers are healthy
 // and returns their pids.
-func waitHealthy(ctx context.Context, store *health.Store, n int) ([]string, error) {
+func waitHealthy(ctx context.Context, store *health.Store, q string, n int) ([]string, error) {
 	ids := make([]health.ComponentID, n)
 	for i := range ids {
-		ids[i] = health.ComponentID{Queue: "q", Slot: i}
+		ids[i] = health.ComponentID{Queue: q, Slot: i}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

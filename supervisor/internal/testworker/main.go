@@ -12,6 +12,8 @@
 //	badbeat         write a heartbeat value that is not a timestamp, every interval
 //	nobeat          stay alive, never beat
 //	ignore-term     heartbeat, ignore SIGTERM
+//	term-exit N     heartbeat until SIGTERM, then exit with code N (a job
+//	                that crashes the process on its way out)
 //	needredis       beat, but exit 1 when the first heartbeat fails (as a
 //	                worker that gives up when Redis does not answer)
 //	recover D       one heartbeat, then a recovering window of D ("loading"),
