@@ -33,6 +33,14 @@ var ErrNotInTask = errors.New("not inside a task run by queue.RunWorker")
 // non-zero, and the supervisor starts a fresh process (a counted crash).
 var ErrTooManyFailures = errors.New("too many consecutive task failures")
 
+// ErrStuckHandler is what RunWorker returns, after a graceful shutdown,
+// when a handler did not return once its context ended (its task's
+// deadline, a cancel): the caller exits with a non-zero code, so that the
+// supervisor counts a crash and requeues the task, a crash counted
+// against it (the worker's crash is the task's: a job that keeps hanging
+// ends toxic).
+var ErrStuckHandler = errors.New("a task's handler did not return once its context ended")
+
 // Errors of Enqueue; nothing is enqueued when one is returned.
 var (
 	ErrPayloadTooLarge = errors.New("payload too large")

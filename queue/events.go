@@ -32,7 +32,11 @@ const (
 	// which never ran the task, put it back (no attempt counted).
 	StateRequeuedStranded JobState = "requeued:stranded"
 	StateAbortedShutdown  JobState = "aborted:shutdown"
-	StateToxic            JobState = "toxic"
+	// StateStuck: the handler did not return once its context ended (its
+	// deadline, a cancel): the task stays active under its worker, which
+	// exits once its other tasks are done; requeued:stale follows.
+	StateStuck JobState = "stuck"
+	StateToxic JobState = "toxic"
 )
 
 // TopicJobs is the topic that carries every job's events, besides the

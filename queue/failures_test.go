@@ -3,7 +3,10 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,5 +63,109 @@ func TestMaxConsecutiveFailures(t *testing.T) {
 	// "never" may have been taken in the moment before the shutdown.
 	if want := []string{"f1", "f2", "ok", "f3", "f4", "f5"}; len(ran) < len(want) || !slices.Equal(ran[:len(want)], want) {
 		t.Fatalf("ran %v, want %v first (the success resets the count; the unknown type does not count)", ran, want)
+	}
+}
+
+// TestStuckHandlerKeepsItsTaskAndEndsTheWorker (explorer seed 170738): a
+// handler that does not return once its task's deadline passed. asynq
+// would archive (or retry) the task while the handler is still inside it,
+// and a retry, an operator's too, would run it in a second handler. The
+// task stays active under this process, its running record kept; the
+// worker finishes its other task and returns ErrStuckHandler (the process
+// exits non-zero); the supervisor's requeue then counts the crash against
+// the task, which runs again elsewhere.
+func TestStuckHandlerKeepsItsTaskAndEndsTheWorker(t *testing.T) {
+	// The task's own timeout (asynq gives up on it without waiting for the
+	// middleware), or the pool's (the middleware's own).
+	for _, own := range []bool{true, false} {
+		t.Run(map[bool]string{true: "task timeout", false: "pool task_timeout"}[own], func(t *testing.T) {
+			stuckHandler(t, own)
+		})
+	}
+}
+
+func stuckHandler(t *testing.T, ownTimeout bool) {
+	e := newQEnv(t)
+	cfg := e.config(0)
+	cfg.Env.Concurrency = 2
+	cfg.Env.ShutdownTimeout = 2 * time.Second
+	hangOpts := []asynq.Option{asynq.MaxRetry(0), asynq.Retention(time.Hour)}
+	if ownTimeout {
+		hangOpts = append(hangOpts, asynq.Timeout(time.Second)) // asynq's unit is the second
+	} else {
+		cfg.Env.TaskTimeout = 500 * time.Millisecond
+	}
+	release := make(chan struct{}) // ends the stuck handler, as the process's exit would
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	hangIn, slowIn, slowGo := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	handlers := map[string]asynq.Handler{
+		"hang": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			close(hangIn)
+			<-release // whatever its context says
+			return nil
+		}),
+		"slow": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			close(slowIn)
+			<-slowGo
+			return nil
+		}),
+	}
+	ended := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { ended <- queue.RunWorker(ctx, cfg, handlers) }()
+	w := e.watch()
+	c := e.client()
+	slow := e.enqueue(c, "slow", "", asynq.Retention(time.Hour), asynq.Timeout(time.Minute))
+	receive(t, slowIn)
+	hang := e.enqueue(c, "hang", "", hangOpts...)
+	receive(t, hangIn)
+	stuck := w.untilJob(hang, queue.StateStuck)
+	if !strings.Contains(stuck.Error, "did not return") {
+		t.Errorf("stuck event's error: %q", stuck.Error)
+	}
+	// Not archived at its deadline: active under this process, its
+	// handler's run on record.
+	owner := cfg.Env.Component.String() + ":" + strconv.Itoa(os.Getpid())
+	if h := e.Client.HGetAll(context.Background(), "asynq:{"+e.q+"}:t:"+hang).Val(); h["state"] != "active" || h["vigil_owner"] != owner {
+		t.Fatalf("stuck task: state %q owner %q, want active under %s", h["state"], h["vigil_owner"], owner)
+	}
+	if e.Client.HGet(context.Background(), e.store.Keys().Running(cfg.Env.Component), hang).Val() == "" {
+		t.Fatal("the stuck task's running record is gone")
+	}
+	// The other task finishes; then the worker ends.
+	select {
+	case err := <-ended:
+		t.Fatalf("RunWorker returned before its other task was done: %v", err)
+	default:
+	}
+	close(slowGo)
+	select {
+	case err := <-ended:
+		if !errors.Is(err, queue.ErrStuckHandler) {
+			t.Fatalf("RunWorker: %v, want ErrStuckHandler", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the worker did not stop after a handler got stuck")
+	}
+	w.untilJob(slow, done)
+	if info, err := e.insp.GetTaskInfo(e.q, hang); err != nil || info.State != asynq.TaskStateActive {
+		t.Fatalf("stuck task after the worker stopped: %+v, %v; want still active", info, err)
+	}
+	// The process exits non-zero: the supervisor requeues the task,
+	// counting the crash.
+	close(release)
+	n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(context.Background(), cfg.Env.Component, os.Getpid(), true)
+	if err != nil || n != 1 {
+		t.Fatalf("recover the stuck task: %d, %v", n, err)
+	}
+	if got := w.untilJob(hang, queue.StateRequeuedStale).Crashes; got != 1 {
+		t.Errorf("crashes counted against the stuck task: %d, want 1", got)
 	}
 }

@@ -4,11 +4,27 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/vigil-dev/vigil/internal/clock"
 )
 
 // handBackGrace is how long asynq's shutdown requeue of a task waits for
 // the task's handler, cancelled first, to return.
 const handBackGrace = 250 * time.Millisecond
+
+// stuckGrace is how long a handler whose context ended outside a shutdown
+// (its deadline, a cancel) is given to return. One that has not returned
+// by then is stuck: asynq would retry or archive its task while it is
+// still inside it, and an operator's retry, or the retry itself, would
+// run it in a second handler (explorer seed 170738: a hung handler, its
+// task archived at its timeout, then retried by an operator, ran in two
+// processes at once). Its task stays active under this process, its
+// running record kept, and the worker exits as soon as its other tasks
+// are done (ErrStuckHandler, counted as a crash): the supervisor then
+// requeues the task, counting that crash against it, so that a job that
+// keeps hanging ends toxic like one that keeps crashing. The handler
+// cannot be stopped otherwise: Go has no way to end a goroutine.
+const stuckGrace = handBackGrace
 
 // handlerRun is one task's handler as the middleware runs it. Its states:
 //
@@ -19,8 +35,15 @@ const handBackGrace = 250 * time.Millisecond
 type handlerRun struct {
 	started    bool
 	handedBack bool
+	stuck      bool // see stuckGrace
 	cancel     context.CancelFunc
 	returned   chan struct{} // closed when the handler's goroutine returned
+	decided    chan struct{} // closed once stuck is known (decide)
+	decideOnce sync.Once
+}
+
+func newRun() *handlerRun {
+	return &handlerRun{returned: make(chan struct{}), decided: make(chan struct{})}
 }
 
 // handlerRuns are the handlers this process runs, by task id. Safe for
@@ -43,7 +66,7 @@ func (h *handlerRuns) enter(id string) (*handlerRun, bool) {
 		delete(h.m, id)
 		return nil, false
 	}
-	r := &handlerRun{returned: make(chan struct{})}
+	r := newRun()
 	h.m[id] = r
 	return r, true
 }
@@ -60,13 +83,50 @@ func (h *handlerRuns) start(r *handlerRun, cancel context.CancelFunc) bool {
 	return true
 }
 
-// leave forgets the run of task id once the middleware returned.
+// leave forgets the run of task id once the middleware returned, unless
+// its handler is stuck: the task stays this process's to its end.
 func (h *handlerRuns) leave(id string, r *handlerRun) {
+	h.decide(r, false)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.m[id] == r {
+	if h.m[id] == r && !r.stuck {
 		delete(h.m, id)
 	}
+}
+
+// decide records once whether r's handler is stuck: its context ended
+// (its deadline, a cancel) outside a shutdown, and it did not return
+// within stuckGrace.
+func (h *handlerRuns) decide(r *handlerRun, stuck bool) {
+	r.decideOnce.Do(func() {
+		h.mu.Lock()
+		r.stuck = stuck
+		h.mu.Unlock()
+		close(r.decided)
+	})
+}
+
+// stuck reports whether the handler of task id is stuck, waiting up to
+// wait for the middleware to know (asynq writes a deadline's or a
+// cancel's outcome without waiting for the middleware).
+func (h *handlerRuns) stuck(id string, wait time.Duration, clk clock.Clock) bool {
+	h.mu.Lock()
+	r := h.m[id]
+	h.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	timeout := make(chan struct{})
+	t := clk.AfterFunc(wait, func() { close(timeout) })
+	defer t.Stop()
+	select {
+	case <-r.decided:
+	case <-timeout:
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return r.stuck
 }
 
 // inside reports whether r's handler started and has not returned: it may
@@ -112,7 +172,10 @@ func (w *worker) handBack(id string) bool {
 	r, ok := h.m[id]
 	if !ok {
 		// Dequeued, not in the middleware yet: it will not run here.
-		h.m[id] = &handlerRun{handedBack: true, returned: make(chan struct{})}
+		r := newRun()
+		r.handedBack = true
+		close(r.decided) // never runs here: not stuck
+		h.m[id] = r
 		h.mu.Unlock()
 		return true
 	}

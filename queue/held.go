@@ -11,6 +11,7 @@ import (
 //	(none)   --dequeued-->          running
 //	running  --middleware returned--> returned
 //	running, returned --outcome answered or kept--> (none)
+//	running  --handler stuck-->       stuck (to the process's end)
 //
 // A task active in Redis under this process's owner field that is neither
 // held nor kept (kept.go) runs nowhere: it is stranded (a dequeue whose
@@ -21,6 +22,7 @@ const (
 	holdNone     holding = iota
 	holdRunning          // dequeued: asynq runs it, or is about to hand it to the middleware
 	holdReturned         // the middleware returned: asynq is writing its outcome
+	holdStuck            // its handler is stuck (stuckGrace): held until the process ends
 )
 
 // returnedGrace is how long a returned task is still taken as held. asynq
@@ -59,6 +61,15 @@ func (h *holdings) returned(id string, now time.Time) {
 	}
 }
 
+// stick marks a held task whose handler is stuck: held for good.
+func (h *holdings) stick(id string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e, ok := h.m[id]; ok && e.state == holdRunning {
+		h.m[id] = held{holdStuck, now, e.run}
+	}
+}
+
 // runOf is the run token of the held task id (0: not held, or unknown).
 func (h *holdings) runOf(id string) int64 {
 	h.mu.Lock()
@@ -78,7 +89,7 @@ func (h *holdings) holds(id string, now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e, ok := h.m[id]
-	return ok && (e.state == holdRunning || now.Sub(e.at) < returnedGrace)
+	return ok && (e.state != holdReturned || now.Sub(e.at) < returnedGrace)
 }
 
 // snapshot lists the tasks held at now, forgetting returned ones past their

@@ -55,6 +55,7 @@ type redisHook struct {
 	records    func(context.Context, []health.ComponentID) ([]health.Component, error)
 
 	handBack func(id string) bool // asked before asynq's shutdown requeue is written (handback.go)
+	stuck    func(id string) bool // asked before a retry or an archive is written (stuckGrace)
 	onSkip   func()               // tests: called when a dequeue is refused
 	onTry    func(got bool)       // tests: called after each dequeue
 	closed   atomic.Bool          // backpressure: refuse dequeues

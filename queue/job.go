@@ -32,6 +32,7 @@ type job struct {
 	// shortCircuit: done without running (its declared outputs existed).
 	shortCircuit bool
 	run          *handlerRun // this run's handler (handback.go)
+	stuck        bool        // its handler did not return once its context ended (stuckGrace)
 
 	mu       sync.Mutex // serializes progress reports, guards the fields below
 	thr      throttle

@@ -16,6 +16,7 @@ type Metrics struct {
 	RetriesExhausted   atomic.Int64 // worker.retry_attempts_total{code=RETRIES_EXHAUSTED}
 	ToxicJobs          atomic.Int64
 	AbortedOnShutdown  atomic.Int64
+	StuckHandlers      atomic.Int64 // handlers that did not return once their context ended (stuckGrace)
 	RecoveredStale     atomic.Int64 // worker.recovered_jobs_total{reason=stale} (supervisor side)
 	BackpressurePauses atomic.Int64 // worker.pauses_total
 	DequeueSkips       atomic.Int64 // dequeues refused while backpressure held
@@ -108,6 +109,7 @@ func (m *Metrics) Snapshot() map[string]int64 {
 		"retries_exhausted":   m.RetriesExhausted.Load(),
 		"toxic_jobs":          m.ToxicJobs.Load(),
 		"aborted_on_shutdown": m.AbortedOnShutdown.Load(),
+		"stuck_handlers":      m.StuckHandlers.Load(),
 		"recovered_stale":     m.RecoveredStale.Load(),
 		"backpressure_pauses": m.BackpressurePauses.Load(),
 		"dequeue_skips":       m.DequeueSkips.Load(),

@@ -212,6 +212,21 @@ func (w *worker) run(ctx context.Context, j *job, h asynq.Handler, t *asynq.Task
 			return err
 		default:
 		}
+		if w.shuttingDown.Load() {
+			return hctx.Err() // asynq's shutdown hands it back, or not (handBack)
+		}
+		// Its deadline, or a cancel: a handler that heeds its context
+		// returns now; one that does not within stuckGrace is stuck.
+		timeout := make(chan struct{})
+		t := w.clock.AfterFunc(stuckGrace, func() { close(timeout) })
+		defer t.Stop()
+		select {
+		case <-done:
+			return hctx.Err() // asynq has written the deadline's outcome already
+		case <-timeout:
+		}
+		j.stuck = true
+		w.runs.decide(j.run, true)
 		return hctx.Err()
 	}
 }
@@ -245,6 +260,17 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	// recovery, owner-scoped, removes the record.
 	keepRunning := aborted && j.run != nil && w.runs.inside(j.run)
 	switch {
+	case j.stuck:
+		// Still inside its task: its running record stays, for the
+		// crash the supervisor counts once this process exits (see
+		// stuckGrace); the task stays active and held under it.
+		keepRunning, ret = true, err
+		ev.State, ev.Error = StateStuck, fmt.Sprintf("handler did not return within %s of its context's end (%v): its worker exits once its other tasks are done; the task is requeued then, a crash counted against it", stuckGrace, err)
+		w.hook.held.stick(j.id, end)
+		w.metrics.StuckHandlers.Add(1)
+		w.log.Error("handler stuck: it did not return once its context ended; this worker takes no more tasks and exits once its others are done (counted as a crash); the task is requeued then",
+			"task", j.id, "type", j.typ, "ran", dur, "err", err)
+		w.stuckOnce.Do(func() { close(w.stuck) })
 	case aborted:
 		ev.State = StateAbortedShutdown
 		if err != nil {

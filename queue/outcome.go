@@ -34,6 +34,16 @@ func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		c.SetVal("OK")
 		return nil
 	}
+	if (script.name == "retry" || script.name == "archive") && h.stuck != nil && h.stuck(id) {
+		// Its handler is still inside (stuckGrace): a retry would run
+		// the task in a second handler. It stays active and held under
+		// this process, which exits; the supervisor requeues it then.
+		h.log.Warn("task's "+script.name+" not written: its handler is stuck inside it; requeued by the supervisor once this process exits",
+			"task", id)
+		c.SetErr(nil)
+		c.SetVal("OK")
+		return nil
+	}
 	start := h.clock.Now()
 	err := next(ctx, noRetry{c})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {

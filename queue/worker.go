@@ -120,7 +120,10 @@ type worker struct {
 	failuresInRow atomic.Int64
 	failing       chan struct{}
 	failingOnce   sync.Once
-	inflight      sync.WaitGroup // middleware runs
+	// stuck closes at the first stuck handler (stuckGrace): the worker exits.
+	stuck     chan struct{}
+	stuckOnce sync.Once
+	inflight  sync.WaitGroup // middleware runs
 }
 
 func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, error) {
@@ -149,7 +152,7 @@ func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, er
 	w := &worker{env: env, id: env.Component, q: env.Component.Queue, pid: cfg.PID, clock: cfg.Clock,
 		log: cfg.Logger, metrics: cfg.Metrics, handlers: handlers, scratchRoot: env.ScratchDir,
 		gate: newHandlerGate(env.Concurrency)}
-	w.failing = make(chan struct{})
+	w.failing, w.stuck = make(chan struct{}), make(chan struct{})
 	if w.pid == 0 {
 		w.pid = os.Getpid()
 	}
@@ -225,6 +228,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	w.hook = newRedisHook(w.store.Keys(), w.id, w.pid, w.log, w.metrics, w.clock, w.link, w.kept, w.throttle)
 	w.hook.onSkip, w.hook.onTry = cfg.onDequeueSkip, cfg.onDequeue
 	w.hook.handBack = w.handBack
+	// asynq writes a deadline's or a cancel's outcome without waiting for
+	// the middleware, which decides within stuckGrace whether the handler
+	// is stuck: wait for that, and a second more.
+	w.hook.stuck = func(id string) bool { return w.runs.stuck(id, stuckGrace+time.Second, w.clock) }
 	w.hook.records = w.store.GetMany
 	w.link.onTrans = w.logLink
 	rdb.AddHook(w.hook)
@@ -323,6 +330,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	case <-w.failing:
 		runErr = fmt.Errorf("%w: the last %d tasks all failed (max_consecutive_failures)", ErrTooManyFailures, w.env.MaxConsecutiveFailures)
 		w.log.Error("stopping: exiting so that the supervisor starts a fresh process (counted as a crash)", "err", runErr)
+	case <-w.stuck:
+		runErr = fmt.Errorf("%w: only the process's end stops it", ErrStuckHandler)
+		w.log.Error("stopping: exiting so that the supervisor starts a fresh process and requeues the stuck task (counted as a crash)", "err", runErr)
 	}
 	w.shuttingDown.Store(true)
 	w.log.Info("worker stopping", "shutdown_timeout", w.env.ShutdownTimeout)
