@@ -70,7 +70,9 @@ func (w *world) settle(v ledgerView) {
 	crashJobs := map[string]bool{}
 	w.jobs.mu.Lock()
 	for id, j := range w.jobs.byID {
-		if j.typ == "crash" {
+		if j.typ == "crash" || j.typ == "hang" {
+			// A hang job's run ends its process too: its handler is
+			// stuck past the timeout, and the worker exits (counted).
 			crashJobs[id] = true
 		}
 	}

@@ -402,7 +402,7 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			w.violate(7, "%s archived without having run", what)
 		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns:
 			w.violate(7, "%s archived again without running after an operator retry (it had %d runs then)", what, j.retriedAtRuns)
-		case j.typ == "crash" && j.retriedAtRuns < 0 && runs > w.toxicRuns(j.queue)+w.disturbedRuns(v, id, j) && !w.jobs.lostSince(j.at):
+		case (j.typ == "crash" || j.typ == "hang") && j.retriedAtRuns < 0 && runs > w.toxicRuns(j.queue)+w.disturbedRuns(v, id, j) && !w.jobs.lostSince(j.at):
 			w.violate(7, "%s: a toxic job ran %d times with job_crash_retries %d", what, runs, w.p.JobCrashRetries)
 		}
 	}
@@ -434,8 +434,9 @@ func (w *world) unexplainedDuplicate(v ledgerView, id string, j jobRec) string {
 	return strings.Join(bad, "; ")
 }
 
-// crashRuns counts, per component, the runs of crash jobs in its
-// processes: each one exited its worker.
+// crashRuns counts, per component, the runs of crash jobs (and hang jobs)
+// in its processes: each one exited its worker (a hang job's handler is
+// stuck past its timeout, and its worker exits: queue.ErrStuckHandler).
 func crashRuns(v ledgerView, crashJobs map[string]bool) map[string]int {
 	out := map[string]int{}
 	for id := range crashJobs {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/schedule"
 )
 
@@ -203,4 +204,27 @@ func leaderFiredTwice(t *testing.T) (*env, *schedule.Scheduler, func() []schedul
 		a.Step(e.ctx())
 	}
 	return e, a, defs
+}
+
+// Explorer seed 171290: Redis lost its data again while the leader was
+// writing the configured schedules back, between the record's creation and
+// the index's revision bump. The bump made a new index holding a revision
+// and nothing else; the leader, which restored only an index with no
+// revision, read it, found no schedule, and fired nothing for the rest of
+// the seed. The configuration's digest is written last: an index without
+// it has not got the configuration, and the leader writes it again.
+func TestRestoreCutShortByAnotherLossIsDoneAgain(t *testing.T) {
+	e, a, _ := leaderFiredTwice(t)
+	e.loseData()
+	// What the cut-short restore left: a revision, no schedule, no digest.
+	if err := e.redis.Client.HSet(e.ctx(), e.hs.Keys().Schedules(), health.ScheduleRevField, "164484808908043").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 5; i <= 7; i++ {
+		e.at(time.Duration(i)*time.Second + time.Millisecond)
+		a.Step(e.ctx())
+	}
+	if got, want := e.tasks(), tickIDs("every", secs(6, 7)...); !same(got, want) {
+		t.Fatalf("tasks after the loss %v, want %v (ticks from the restore at 5.001 s on, each once)", got, want)
+	}
 }

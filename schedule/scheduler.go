@@ -268,18 +268,25 @@ func (s *Scheduler) recovered() {
 // refresh reads the schedules again when the index's revision moved.
 func (s *Scheduler) refresh(ctx context.Context) error {
 	keys := s.hs.Keys()
-	rev, err := s.hs.Client().HGet(ctx, keys.Schedules(), health.ScheduleRevField).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	vals, err := s.hs.Client().HMGet(ctx, keys.Schedules(), health.ScheduleRevField, health.ScheduleConfigField).Result()
+	if err != nil {
 		return err
 	}
+	rev, _ := vals[0].(string)
+	applied, _ := vals[1].(string)
 	if s.loaded && rev == s.rev {
 		return nil
 	}
-	if rev == "" && s.cfg.Restore != nil {
-		// No revision: the index was never written, or Redis lost it.
-		// Either way the configuration's schedules belong there (a
+	if (rev == "" || applied == "") && s.cfg.Restore != nil {
+		// No revision, or no configuration applied: the index was never
+		// written, or Redis lost it, or a restore was cut short by
+		// another loss (explorer seed 171290: a FLUSHALL between a
+		// restore's create and its revision bump left an index with a
+		// revision and no schedule, and the configured schedule never
+		// came back). The configuration's schedules belong there (a
 		// revision of their own follows; ticks before now stay lost with
 		// the data, none is fired twice: the restored records start now).
+		// The configuration's digest is written last, once it is all in.
 		restored, err := s.cfg.Restore(ctx)
 		if err != nil {
 			return err
