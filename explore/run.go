@@ -39,7 +39,7 @@ type Result struct {
 	LogDir     string // kept when the seed failed
 	Phases     string // how long each phase took
 	PhaseTimes []PhaseTime
-	Overloaded bool   // the machine was too busy for the timings (see loadMeter)
+	Overloaded bool // the machine was too busy for the timings (see loadMeter)
 	Load       string
 }
 
