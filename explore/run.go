@@ -36,10 +36,10 @@ type Result struct {
 	Jobs       JobStats
 	Ticks      TickStats
 	Took       time.Duration
-	LogDir     string // kept when the seed failed
-	Phases     string // how long each phase took
-	PhaseTimes []PhaseTime
-	Overloaded bool // the machine was too busy for the timings (see loadMeter)
+	LogDir     string      // kept when the seed failed
+	Phases     string      // how long each phase took
+	PhaseTimes []PhaseTime // the same, for the summary
+	Overloaded bool        // the machine was too busy for the timings (see loadMeter)
 	Load       string
 }
 
