@@ -258,7 +258,17 @@ func (w *world) shutdownHost(h *host, p *hostProc, why string) {
 	for _, c := range children(p.pid) {
 		kids[c] = true
 	}
+	// E43: Stop has seen workers exit 0 seconds after their last line. Past
+	// the moment they must all be gone, say where each one still is.
+	watch := time.AfterFunc(StopTimeout+time.Second, func() {
+		var where []string
+		for _, pid := range append([]int{p.pid}, sortedKeys(kids)...) {
+			where = append(where, procWhere(pid))
+		}
+		w.b.logf("%s %s: Stop not returned after %s; host and workers: %s", why, h.id, StopTimeout+time.Second, strings.Join(where, ", "))
+	})
 	m, err := p.shutdown(StopTimeout + 2*time.Second)
+	watch.Stop()
 	h.mu.Lock()
 	if h.stopping == p {
 		h.stopping = nil

@@ -2,8 +2,10 @@ package explore
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,4 +207,25 @@ func becomeSubreaper() error {
 		return e
 	}
 	return nil
+}
+
+// procWhere describes where process pid is now, for a log line: its state
+// and the kernel function it sleeps in (wchan), or that it is gone.
+func procWhere(pid int) string {
+	_, state, _, ok := stat(pid)
+	if !ok {
+		return fmt.Sprintf("%d gone", pid)
+	}
+	wchan, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/wchan")
+	return fmt.Sprintf("%d %c %s", pid, state, strings.TrimSpace(string(wchan)))
+}
+
+// sortedKeys returns the pids of set in order.
+func sortedKeys(set map[int]bool) []int {
+	out := make([]int, 0, len(set))
+	for pid := range set {
+		out = append(out, pid)
+	}
+	slices.Sort(out)
+	return out
 }
