@@ -28,6 +28,7 @@ var (
 	jobsDoneDesc     = prometheus.NewDesc("vigil_worker_jobs_done_total", "Jobs the worker completed.", wLabels, nil)
 	toxicDesc        = prometheus.NewDesc("vigil_worker_toxic_jobs_total", "Jobs the worker archived as toxic (they crashed workers too often) without running them.", wLabels, nil)
 	abortedDesc      = prometheus.NewDesc("vigil_worker_shutdown_requeues_total", "Jobs requeued because the worker's shutdown outlasted them (aborted:shutdown).", wLabels, nil)
+	stuckDesc        = prometheus.NewDesc("vigil_worker_stuck_handlers_total", "Handlers that did not return once their task's context ended (its deadline, a cancel): each ends its worker process, and the task is requeued with a crash counted (stuck).", wLabels, nil)
 	pausesDesc       = prometheus.NewDesc("vigil_worker_backpressure_pauses_total", "Times backpressure stopped the worker's dequeuing.", wLabels, nil)
 	acquireFailsDesc = prometheus.NewDesc("vigil_worker_atomic_acquire_failures_total", "Dequeues (the atomic pending to active step) that failed with an error.", wLabels, nil)
 	unreachableDesc  = prometheus.NewDesc("vigil_worker_redis_unreachable_total", "Times the worker lost Redis (a command got no reply): it then takes no task until Redis answers.", wLabels, nil)
@@ -72,7 +73,7 @@ func newRedisCollector(cfg Config) *redisCollector {
 
 func (c *redisCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workersDesc, heartbeatsDesc, hbFailuresDesc, hbDegradedDesc, inflightDesc,
-		jobsDoneDesc, toxicDesc, abortedDesc, pausesDesc, acquireFailsDesc, retriesDesc,
+		jobsDoneDesc, toxicDesc, abortedDesc, stuckDesc, pausesDesc, acquireFailsDesc, retriesDesc,
 		unreachableDesc, slowDesc, refusedDesc, strandedDesc, keptDesc, keptTotalDesc, leaseSkipsDesc, recDroppedDesc,
 		qJobsDesc, qLatencyDesc, qPausedDesc, qProcessed, qFailed, scrapeErrDesc} {
 		ch <- d
@@ -138,6 +139,7 @@ func (c *redisCollector) collectWorkers(ctx context.Context, ch chan<- prometheu
 		counter(jobsDoneDesc, s[queue.StatJobsDone], q, id)
 		counter(toxicDesc, s[queue.StatToxicJobs], q, id)
 		counter(abortedDesc, s[queue.StatAbortedShutdown], q, id)
+		counter(stuckDesc, s[queue.StatStuckHandlers], q, id)
 		counter(pausesDesc, s[queue.StatBackpressurePauses], q, id)
 		counter(acquireFailsDesc, s[queue.StatAcquireFailures], q, id)
 		for _, code := range []string{queue.CodeRetry, queue.CodeRetriesExhausted, queue.CodeNonRetryable, queue.CodeNoHandler, queue.CodeRevoked} {

@@ -26,6 +26,7 @@ const (
 	StatJobsDone           = "jobs_done"
 	StatToxicJobs          = "toxic_jobs"
 	StatAbortedShutdown    = "aborted_shutdown"
+	StatStuckHandlers      = "stuck_handlers"
 	StatBackpressurePauses = "backpressure_pauses"
 	StatAcquireFailures    = "acquire_failures"
 	// StatFailurePrefix + a code (RETRY, RETRIES_EXHAUSTED, …) counts
@@ -83,6 +84,7 @@ func (r *reporter) counts() map[string]int64 {
 		StatJobsDone:           m.JobsDone.Load(),
 		StatToxicJobs:          m.ToxicJobs.Load(),
 		StatAbortedShutdown:    m.AbortedOnShutdown.Load(),
+		StatStuckHandlers:      m.StuckHandlers.Load(),
 		StatBackpressurePauses: m.BackpressurePauses.Load(),
 		StatAcquireFailures:    m.AcquireFailures.Load(),
 		StatRedisUnreachable:   m.RedisUnreachable.Load(),

@@ -56,7 +56,7 @@ type QueueUpdateEvent struct {
 }
 
 // JobUpdateEvent is a job's progress through created → processing →
-// progress* → done | error (and requeued:stale, aborted:shutdown, toxic),
+// progress* → done | error (and requeued:stale, aborted:shutdown, stuck, toxic),
 // on its own topic job:<q>:<task> and on queue:jobs.
 type JobUpdateEvent struct {
 	Topic     string         `json:"topic" example:"queue:jobs"`
