@@ -59,6 +59,13 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 	c.me = health.LeaseValue(s.cfg.Host, s.cfg.Instance)
 	c.takeover = s.cfg.Host + "/"
 	c.started = s.cfg.Clock.Now()
+	// Before any call to Redis: a start that Redis refuses (an outage) is
+	// tried again and again, and meanwhile a frozen orphan of this host's
+	// earlier instance outlived its supervisor by more than stop_timeout
+	// + 1 s (explorer seed 171702, invariant 2: the earlier instance was
+	// SIGKILLed during a 17 s outage and every start of the next one
+	// failed reading Redis).
+	s.earlier = s.earlierWorkers()
 	// A newer key layout means a newer vigil upgraded this Redis: refuse.
 	if was, err := s.store.CheckSchema(ctx); err != nil {
 		return fmt.Errorf("join cluster: %w", err)
@@ -77,7 +84,6 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 		}
 		s.log.Info("taking over from this host's previous instance", "instance", prev.Instance, "pid", prev.PID)
 	}
-	s.earlier = s.earlierWorkers()
 	if err := s.writeHost(ctx, 0); err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package supervisor_test
 
 import (
 	"bytes"
+	"context"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -9,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/faultproxy"
 	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -331,5 +336,49 @@ func TestAnotherClustersWorkersAreNotThisHosts(t *testing.T) {
 	}
 	if gone(theirs[1].PID) {
 		t.Errorf("the other cluster's worker %d is gone", theirs[1].PID)
+	}
+}
+
+// TestRestartedHostKillsItsFrozenOrphanDuringAnOutage: explorer seed
+// 171702. A host's supervisor was SIGKILLed with a worker frozen, during a
+// 17 s Redis outage; every start of its next instance failed reading Redis,
+// and the frozen orphan outlived its supervisor by 2.35 s (invariant 2:
+// stop_timeout + 1 s). The next instance kills it before it calls Redis,
+// even if its start then fails.
+func TestRestartedHostKillsItsFrozenOrphanDuringAnOutage(t *testing.T) {
+	t.Parallel()
+	env, _, _, old := orphanOfKilledHost(t, "beat", true)
+	u, err := url.Parse(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	p.Refuse(true) // Redis unreachable from the new instance
+	opt, err := redis.ParseURL(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Addr, opt.ContextTimeoutEnabled, opt.MaxRetries = p.Addr(), true, -1
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	// The same host, the same Redis URL in its workers' environment.
+	again := newHarnessOn(t, rdb, env.URL, env.Prefix, supervisor.Config{
+		Host: "c", Lease: clusterLease, StopTimeout: 5 * time.Second, OpTimeout: 200 * time.Millisecond,
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+	if err := again.sup.Start(context.Background()); err == nil {
+		t.Fatal("Start succeeded with Redis refused")
+	}
+	again.logs.wait(t, 0, waitTimeout, "a worker of this host's previous instance is frozen: killing it", "pid="+strconv.Itoa(old))
+	for deadline := time.Now().Add(waitTimeout); !gone(old); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the frozen orphan %d still lives", old)
+		}
+		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
 	}
 }
