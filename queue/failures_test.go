@@ -169,3 +169,72 @@ func stuckHandler(t *testing.T, ownTimeout bool) {
 		t.Errorf("crashes counted against the stuck task: %d, want 1", got)
 	}
 }
+
+// A handler stuck while its worker stops (review of E52): the task's
+// deadline passes during the shutdown, or the stop comes in the grace
+// after the deadline. Either way the task stays active under the process,
+// its running record kept, and RunWorker returns ErrStuckHandler: the
+// process exits non-zero and the supervisor counts the crash against the
+// task. Before, the first archived the task while its handler was inside
+// (asynq's deadline outcome was written: the shutdown was taken for the
+// hand-back), and the second returned nil (a clean exit, nothing counted).
+func TestStuckHandlerDuringAStop(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// stopFirst: the stop comes before the deadline; else once the
+		// handler's context ended, within the grace.
+		stopFirst bool
+	}{
+		{"deadline during the shutdown", true},
+		{"stop during the grace", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newQEnv(t)
+			cfg := e.config(0)
+			cfg.Env.ShutdownTimeout = 4 * time.Second
+			cfg.Env.TaskTimeout = 1500 * time.Millisecond
+			release := make(chan struct{})
+			t.Cleanup(func() { close(release) })
+			hangIn, ctxEnded := make(chan struct{}), make(chan struct{})
+			handlers := map[string]asynq.Handler{
+				"hang": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+					close(hangIn)
+					<-ctx.Done()
+					close(ctxEnded)
+					<-release // whatever its context says
+					return nil
+				}),
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ended := make(chan error, 1)
+			go func() { ended <- queue.RunWorker(ctx, cfg, handlers) }()
+			w := e.watch()
+			hang := e.enqueue(e.client(), "hang", "", asynq.MaxRetry(0), asynq.Retention(time.Hour))
+			receive(t, hangIn)
+			if tc.stopFirst {
+				cancel()
+			} else {
+				receive(t, ctxEnded)
+				cancel()
+			}
+			w.untilJob(hang, queue.StateStuck)
+			var err error
+			select {
+			case err = <-ended:
+			case <-time.After(waitTimeout):
+				t.Fatal("RunWorker did not return")
+			}
+			if !errors.Is(err, queue.ErrStuckHandler) {
+				t.Errorf("RunWorker: %v, want ErrStuckHandler (a non-zero exit: the crash is counted)", err)
+			}
+			owner := cfg.Env.Component.String() + ":" + strconv.Itoa(os.Getpid())
+			if h := e.Client.HGetAll(context.Background(), "asynq:{"+e.q+"}:t:"+hang).Val(); h["state"] != "active" || h["vigil_owner"] != owner {
+				t.Fatalf("stuck task: state %q owner %q, want active under %s (events %v)", h["state"], h["vigil_owner"], owner, e.states(hang))
+			}
+			if e.Client.HGet(context.Background(), e.store.Keys().Running(cfg.Env.Component), hang).Val() == "" {
+				t.Fatal("the stuck task's running record is gone")
+			}
+		})
+	}
+}

@@ -122,7 +122,11 @@ func (h *handlerRuns) stuck(id string, wait time.Duration, clk clock.Clock) bool
 	select {
 	case <-r.decided:
 	case <-timeout:
-		return false
+		// Not decided in time (a machine too busy to run the
+		// middleware): a handler still inside is taken for stuck, its
+		// task kept; at worst, if it returns after all, the task is
+		// requeued as stranded once its hold lapses.
+		return h.inside(r)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

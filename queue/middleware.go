@@ -212,11 +212,14 @@ func (w *worker) run(ctx context.Context, j *job, h asynq.Handler, t *asynq.Task
 			return err
 		default:
 		}
-		if w.shuttingDown.Load() {
+		if w.runs.handedBack(j.run) {
 			return hctx.Err() // asynq's shutdown hands it back, or not (handBack)
 		}
-		// Its deadline, or a cancel: a handler that heeds its context
-		// returns now; one that does not within stuckGrace is stuck.
+		// Its deadline, or a cancel (during a shutdown too: the task's
+		// deadline may come before the shutdown's hand-back, and asynq
+		// then writes its retry or archive): a handler that heeds its
+		// context returns now; one that does not within stuckGrace is
+		// stuck.
 		timeout := make(chan struct{})
 		t := w.clock.AfterFunc(stuckGrace, func() { close(timeout) })
 		defer t.Stop()

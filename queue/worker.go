@@ -354,6 +354,17 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	})
 	srv.Shutdown()    // stops dequeuing, waits, requeues what did not finish
 	w.inflight.Wait() // every middleware run has written its outcome
+	select {
+	case <-w.stuck:
+		if runErr == nil {
+			// Stuck as the stop came (or during the shutdown): the
+			// process must still exit non-zero, for the supervisor to
+			// count the crash against the task it keeps.
+			runErr = fmt.Errorf("%w: only the process's end stops it", ErrStuckHandler)
+			w.log.Error("stopping with a stuck handler: its task is requeued by the supervisor once this process exits (counted as a crash)", "err", runErr)
+		}
+	default:
+	}
 	w.log.Info("worker stopped")
 	return runErr
 }
