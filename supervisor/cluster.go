@@ -59,22 +59,29 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 	c.me = health.LeaseValue(s.cfg.Host, s.cfg.Instance)
 	c.takeover = s.cfg.Host + "/"
 	c.started = s.cfg.Clock.Now()
-	// Before any call to Redis: a start that Redis refuses (an outage) is
-	// tried again and again, and meanwhile a frozen orphan of this host's
-	// earlier instance outlived its supervisor by more than stop_timeout
-	// + 1 s (explorer seed 171702, invariant 2: the earlier instance was
-	// SIGKILLed during a 17 s outage and every start of the next one
-	// failed reading Redis).
-	s.earlier = s.earlierWorkers()
+	// A start that Redis does not answer is tried again and again; its
+	// earlier instance's frozen orphans must not wait for Redis meanwhile
+	// (explorer seed 171702, invariant 2: the earlier instance was
+	// SIGKILLed during a 17 s outage, every start of the next one failed
+	// reading Redis, and a frozen orphan outlived its supervisor by 2.35
+	// s). A start that fails before it could read this host's record
+	// cannot tell them from a live instance's (a second vigil with this
+	// host id on this machine, refused once Redis answers): those frozen
+	// workers, if any, are killed too. A start that reads the record kills
+	// them only once it knows no live instance holds the host id.
+	unreachable := func(err error) error {
+		s.earlierWorkers() // kills the frozen ones
+		return fmt.Errorf("join cluster: %w", err)
+	}
 	// A newer key layout means a newer vigil upgraded this Redis: refuse.
 	if was, err := s.store.CheckSchema(ctx); err != nil {
-		return fmt.Errorf("join cluster: %w", err)
+		return unreachable(err)
 	} else if was != health.SchemaVersion {
 		s.log.Info("key layout version written", "schema", health.SchemaVersion, "previous", was)
 	}
 	prev, err := s.store.ReadHost(ctx, s.cfg.Host)
 	if err != nil {
-		return fmt.Errorf("join cluster: %w", err)
+		return unreachable(err)
 	}
 	if prev.Alive && prev.Instance != s.cfg.Instance {
 		hn, _ := os.Hostname()
@@ -84,6 +91,7 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 		}
 		s.log.Info("taking over from this host's previous instance", "instance", prev.Instance, "pid", prev.PID)
 	}
+	s.earlier = s.earlierWorkers()
 	if err := s.writeHost(ctx, 0); err != nil {
 		return err
 	}

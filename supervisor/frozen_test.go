@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/url"
 	"os"
 	"strconv"
@@ -380,5 +381,34 @@ func TestRestartedHostKillsItsFrozenOrphanDuringAnOutage(t *testing.T) {
 			t.Fatalf("the frozen orphan %d still lives", old)
 		}
 		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
+	}
+}
+
+// TestDuplicateHostLeavesTheLiveInstancesWorkers: review of E54. A second
+// vigil started with the id of a host that runs on this machine is
+// refused; the first one's workers are not its earlier instance's, and a
+// frozen one (an operator's SIGSTOP, a debugger) is left alone.
+func TestDuplicateHostLeavesTheLiveInstancesWorkers(t *testing.T) {
+	t.Parallel()
+	env := testredis.New(t)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	id := health.ComponentID{Queue: "q"}
+	startHostProcess(t, env, "c", 1, clusterLease)
+	live := waitFor(t, store, id, isStatus(health.StatusHealthy)).PID
+	freeze(t, live)
+	t.Cleanup(func() { _ = syscall.Kill(live, syscall.SIGCONT) })
+	dup := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
+		Host: "c", Lease: clusterLease,
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+	if err := dup.sup.Start(context.Background()); !errors.Is(err, supervisor.ErrHostInUse) {
+		t.Fatalf("Start of a second host c: %v, want ErrHostInUse", err)
+	}
+	if i, ok := dup.logs.find(0, "frozen: killing it"); ok {
+		t.Errorf("the refused start killed the live instance's worker: %s", dup.logs.line(i))
+	}
+	if gone(live) {
+		t.Errorf("the live instance's frozen worker %d is gone", live)
 	}
 }
