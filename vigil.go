@@ -193,9 +193,20 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 		return err
 	}
 	store := health.NewStore(v.rdb, cfg.Prefix, 0)
+	// A start that fails before the supervisor joins (Redis does not
+	// answer) is tried again, and a frozen worker of this host's last
+	// process would outlive it meanwhile: kill those (fault explorer E54).
+	host := cfg.Host
+	if host == "" {
+		host, _ = os.Hostname() // as supervisor.New does
+	}
+	orphans := func(err error) error {
+		supervisor.KillFrozenOrphans(host, cfg.Redis, store.Keys().Prefix, v.log)
+		return err
+	}
 	// Before anything is written: a newer key layout is refused.
 	if _, err := store.CheckSchema(ctx); err != nil {
-		return err
+		return orphans(err)
 	}
 	queues := make([]string, len(cfg.Pools))
 	timeouts, maxTimeouts, retentions := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
@@ -210,11 +221,7 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 	// asynq's paused key is the truth: start-up lifts no pause, it only
 	// migrates the flags of earlier releases (DESIGN.md §6).
 	if err := queue.NewControl(store).Apply(ctx, queues); err != nil {
-		return err
-	}
-	host := cfg.Host
-	if host == "" {
-		host, _ = os.Hostname() // as supervisor.New does
+		return orphans(err)
 	}
 	if v.metrics, err = metrics.New(metrics.Config{Registry: cfg.Registry, Store: store, Host: host, Queues: queues,
 		Version: cfg.Version, Logger: v.log}); err != nil {
@@ -269,7 +276,7 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 		Host: v.sup.Config().Host, Logger: v.log})
 	applied, err := schedules.ApplyConfig(ctx, cfg.ScheduleDefinitions())
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return orphans(fmt.Errorf("config: %w", err))
 	}
 	if applied {
 		v.log.Info("schedules of this host's configuration applied to the cluster", "schedules", len(cfg.Schedules))

@@ -402,7 +402,7 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			w.violate(7, "%s archived without having run", what)
 		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns:
 			w.violate(7, "%s archived again without running after an operator retry (it had %d runs then)", what, j.retriedAtRuns)
-		case (j.typ == "crash" || j.typ == "hang") && j.retriedAtRuns < 0 && runs > w.toxicRuns(j.queue)+w.disturbedRuns(v, id, j) && !w.jobs.lostSince(j.at):
+		case (j.typ == "crash" || j.typ == "hang") && j.retriedAtRuns < 0 && runs > w.toxicRuns(j.queue)+w.disturbedRuns(v, id, j)+stoppedRuns(v, id, j) && !w.jobs.lostSince(j.at):
 			w.violate(7, "%s: a toxic job ran %d times with job_crash_retries %d", what, runs, w.p.JobCrashRetries)
 		}
 	}
@@ -449,6 +449,24 @@ func crashRuns(v ledgerView, crashJobs map[string]bool) map[string]int {
 }
 
 var _ = testledger.OutcomeOK
+
+// stoppedRuns counts the runs of a hang job in processes that were
+// stopped while its handler hung (asked to stop: they exited 0 on their
+// own terms, the task left active and put back by the supervisor): a
+// stop's exit counts no crash against the tasks (E45), so such a run does
+// not bring the job nearer to toxic. A crash job's run never ends so.
+func stoppedRuns(v ledgerView, id string, j jobRec) int {
+	if j.typ != "hang" {
+		return 0
+	}
+	n := 0
+	for _, pid := range v.runners[id] {
+		if v.exits[strconv.Itoa(pid)] == "clean:0" {
+			n++
+		}
+	}
+	return n
+}
 
 // disturbedRuns counts the runs of a job in processes whose host lost
 // Redis (or was down) since the job was enqueued: their crash may not

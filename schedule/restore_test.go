@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/schedule"
 )
@@ -228,3 +230,65 @@ func TestRestoreCutShortByAnotherLossIsDoneAgain(t *testing.T) {
 		t.Fatalf("tasks after the loss %v, want %v (ticks from the restore at 5.001 s on, each once)", got, want)
 	}
 }
+
+// Explorer seed 171290, the restore itself: Redis lost its data between a
+// create's index entry and its record. The create went on (record,
+// revision), and the configuration's digest was written into an index
+// without the schedule: the leader saw none, and the digest said the
+// configuration was in. The digest is written only if every configured
+// schedule is in the index; else the apply fails, and the next one puts
+// the schedule back.
+func TestApplyConfigCutShortByADataLoss(t *testing.T) {
+	e := newEnv(t)
+	defs := func() []schedule.Definition {
+		return []schedule.Definition{{Name: "every", Spec: "@every 1s", Queue: e.q, Type: "report"}}
+	}
+	idx := e.hs.Keys().Schedules()
+	lost := false
+	client := redis.NewClient(e.redis.Client.Options())
+	t.Cleanup(func() { _ = client.Close() })
+	client.AddHook(lossAfter{name: "hsetnx", do: func() {
+		if !lost {
+			lost = true
+			if err := e.redis.Client.Del(context.Background(), idx).Err(); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	st := schedule.NewStore(health.NewStore(client, e.redis.Prefix, 0), schedule.StoreConfig{Queues: []string{e.q}, Clock: e.clock, Host: "h0"})
+	if applied, err := st.ApplyConfig(e.ctx(), defs()); err == nil || applied {
+		t.Fatalf("ApplyConfig across a data loss: %v, %v; want an error", applied, err)
+	}
+	if !lost {
+		t.Fatal("the data loss was not injected: the test tests nothing")
+	}
+	if got := e.redis.Client.HGet(e.ctx(), idx, health.ScheduleConfigField).Val(); got != "" {
+		t.Fatalf("the configuration's digest was written (%q) with the schedule missing from the index", got)
+	}
+	if applied, err := st.ApplyConfig(e.ctx(), defs()); err != nil || !applied {
+		t.Fatalf("ApplyConfig again: %v, %v", applied, err)
+	}
+	if v := e.view("every"); v.Source != schedule.SourceConfig {
+		t.Errorf("the schedule after the second apply: source %q", v.Source)
+	}
+}
+
+// lossAfter calls do once a command named name has run.
+type lossAfter struct {
+	name string
+	do   func()
+}
+
+func (lossAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h lossAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == h.name {
+			h.do()
+		}
+		return err
+	}
+}
+
+func (lossAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook { return next }

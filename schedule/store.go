@@ -507,11 +507,43 @@ func (s *Store) ApplyConfig(ctx context.Context, defs []Definition) (bool, error
 			}
 		}
 	}
-	if err := s.rdb().HSet(ctx, s.keys().Schedules(), health.ScheduleConfigField, digest).Err(); err != nil {
+	// The digest last, and only if every configured schedule is still in
+	// the index: Redis may have lost its data since the creates (explorer
+	// seed 171290: a FLUSHALL between a create's index entry and its
+	// record left a record, an index holding a revision and the digest,
+	// and no entry: the leader saw no schedule, and the digest said the
+	// configuration was in). Then the whole configuration is applied again.
+	names := make([]any, 0, 3+len(defs))
+	names = append(names, health.ScheduleConfigField, digest)
+	for _, d := range defs {
+		names = append(names, d.Name)
+	}
+	ok, err := configDigestScript.Run(ctx, s.rdb(), []string{s.keys().Schedules()}, names...).Int()
+	if err != nil {
 		return false, fmt.Errorf("apply configured schedules: %w", err)
+	}
+	if ok == 0 {
+		return false, fmt.Errorf("apply configured schedules: %w", errConfigCutShort)
 	}
 	return true, nil
 }
+
+// errConfigCutShort: a schedule of the configuration is gone from the index
+// by the time its digest is written (Redis lost its data meanwhile).
+var errConfigCutShort = errors.New("a configured schedule is gone from Redis since it was written (Redis lost its data): not applied, to be applied again")
+
+// configDigestScript writes the configuration's digest into the index if
+// every configured schedule is in it. KEYS: index. ARGV: 1 the digest's
+// field, 2 the digest, 3.. the configured names. Returns 1, or 0 (nothing
+// written).
+var configDigestScript = redis.NewScript(`
+for i = 3, #ARGV do
+	if redis.call("HEXISTS", KEYS[1], ARGV[i]) == 0 then
+		return 0
+	end
+end
+redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
+return 1`)
 
 // adopt updates old to d, source included.
 func (s *Store) adopt(ctx context.Context, old View, d Definition) error {

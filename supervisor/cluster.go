@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -220,25 +221,51 @@ func (s *Supervisor) hostEvent(ctx context.Context, action, result string) {
 }
 
 // earlierWorkers finds, on this machine, the live worker processes of
-// this host's earlier instances (their environment names this cluster's
-// Redis URL and key prefix, this host and a spawn of another instance), by slot, and
-// SIGKILLs the frozen ones (SIGSTOP). A frozen process does no work and is
-// going anyway (see afterOld); its slot may go to other hosts, which kill
-// such a process only when they take the slot, a lease and a tick after
-// the instance died: more than invariant 2 allows an orphan (stop_timeout
-// + 1 s; fault explorer E34, seed 94415). The others end on their
-// parent-death signal within stop_timeout; a slot this instance takes
-// whose record Redis lost waits for its process (adopt), not only one a
-// record names (E48, miniredis seed 141160: after a FLUSHALL no record
-// named the frozen orphan, which outlived its supervisor by 2.3 s while
-// the new instance started a second process for its slot).
+// this host's earlier instances (earlierWorkersOf), by slot, and SIGKILLs
+// the frozen ones.
 func (s *Supervisor) earlierWorkers() map[health.ComponentID]int {
-	found := map[health.ComponentID]int{}
+	found, _ := earlierWorkersOf(s.cfg.Host, s.cfg.RedisURL, s.store.Keys().Prefix, s.cfg.Instance, s.log)
+	return found
+}
+
+// KillFrozenOrphans SIGKILLs, on this machine, the frozen (stopped) worker
+// processes of host's earlier vigil processes in the cluster at redisURL
+// and key prefix (the workers' VIGIL_HOST, VIGIL_REDIS_URL, VIGIL_PREFIX),
+// and returns how many. A start that fails before its supervisor joins the
+// cluster (Redis does not answer) calls it: a frozen orphan cannot act on
+// its parent-death signal, and nothing else kills it until Redis answers
+// (fault explorer E54, invariant 2). It cannot tell them from the workers
+// of a live vigil with this host id on this machine, which a start that
+// reads Redis refuses (ErrHostInUse): those, if stopped, are killed too.
+func KillFrozenOrphans(host, redisURL, prefix string, log *slog.Logger) int {
+	if log == nil {
+		log = slog.Default()
+	}
+	_, killed := earlierWorkersOf(host, redisURL, prefix, "", log.With("killed_by", "a start that could not reach Redis"))
+	return killed
+}
+
+// earlierWorkersOf finds, on this machine, the live worker processes of
+// host's instances other than instance ("": any) in the cluster at
+// redisURL and prefix (their environment names them and a spawn of
+// another instance), by slot, and SIGKILLs the frozen ones (SIGSTOP). A
+// frozen process does no work and is going anyway (see afterOld); its slot
+// may go to other hosts, which kill such a process only when they take the
+// slot, a lease and a tick after the instance died: more than invariant 2
+// allows an orphan (stop_timeout + 1 s; fault explorer E34, seed 94415).
+// The others end on their parent-death signal within stop_timeout; a slot
+// the new instance takes whose record Redis lost waits for its process
+// (adopt), not only one a record names (E48, miniredis seed 141160: after
+// a FLUSHALL no record named the frozen orphan, which outlived its
+// supervisor by 2.3 s while the new instance started a second process for
+// its slot). The frozen ones killed are counted, not returned.
+func earlierWorkersOf(host, redisURL, prefix, instance string, log *slog.Logger) (found map[health.ComponentID]int, killed int) {
+	found = map[health.ComponentID]int{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return found
+		return found, 0
 	}
-	self, mine := os.Getpid(), s.cfg.Instance+"."
+	self, mine := os.Getpid(), instance+"."
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == self {
@@ -263,8 +290,8 @@ func (s *Supervisor) earlierWorkers() map[health.ComponentID]int {
 		// The same host id and prefix on another Redis is another cluster
 		// (a second deployment on this machine, or a test beside another):
 		// its workers are not this host's to kill or wait for.
-		if vars[health.EnvRedisURL] != s.cfg.RedisURL || vars[health.EnvPrefix] != s.store.Keys().Prefix || vars[health.EnvHost] != s.cfg.Host ||
-			vars[health.EnvSpawn] == "" || strings.HasPrefix(vars[health.EnvSpawn], mine) {
+		if vars[health.EnvRedisURL] != redisURL || vars[health.EnvPrefix] != prefix || vars[health.EnvHost] != host ||
+			vars[health.EnvSpawn] == "" || (instance != "" && strings.HasPrefix(vars[health.EnvSpawn], mine)) {
 			continue
 		}
 		id, err := health.ParseComponentID(vars[health.EnvComponent])
@@ -272,11 +299,12 @@ func (s *Supervisor) earlierWorkers() map[health.ComponentID]int {
 			continue
 		}
 		if processStopped(pid) {
-			s.log.Warn("a worker of this host's previous instance is frozen: killing it", "component", id.String(), "pid", pid)
+			log.Warn("a worker of this host's previous instance is frozen: killing it", "component", id.String(), "pid", pid)
 			_ = signalGroup(pid, sigKill)
+			killed++
 			continue
 		}
 		found[id] = pid
 	}
-	return found
+	return found, killed
 }

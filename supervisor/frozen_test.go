@@ -412,3 +412,23 @@ func TestDuplicateHostLeavesTheLiveInstancesWorkers(t *testing.T) {
 		t.Errorf("the live instance's frozen worker %d is gone", live)
 	}
 }
+
+// TestKillFrozenOrphans: what a start that fails before its supervisor
+// joins (vigil serve reads Redis first) calls, for E54: the frozen worker
+// of this host's last process goes, another host's is left alone.
+func TestKillFrozenOrphans(t *testing.T) {
+	t.Parallel()
+	env, _, _, old := orphanOfKilledHost(t, "ignore-term", true)
+	if n := supervisor.KillFrozenOrphans("other-host", env.URL, env.Prefix, nil); n != 0 {
+		t.Fatalf("killed %d frozen workers of another host", n)
+	}
+	if n := supervisor.KillFrozenOrphans("c", env.URL, env.Prefix, nil); n != 1 {
+		t.Fatalf("killed %d frozen workers, want 1", n)
+	}
+	for deadline := time.Now().Add(waitTimeout); !gone(old); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the frozen orphan %d still lives", old)
+		}
+		<-time.After(5 * time.Millisecond) // polling another process's /proc entry
+	}
+}

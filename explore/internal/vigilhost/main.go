@@ -105,6 +105,9 @@ func run(cfg hostproto.Config) int {
 	if err == nil {
 		_, err = schedules.ApplyConfig(ctx, slices.Clone(cfg.Schedules))
 	}
+	if err != nil {
+		supervisor.KillFrozenOrphans(cfg.Host, cfg.RedisURL, store.Keys().Prefix, log) // as vigil serve does
+	}
 	if err == nil {
 		sched.Start()
 		err = sup.Start(ctx)
