@@ -291,4 +291,6 @@ func (h lossAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (lossAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook { return next }
+func (lossAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
