@@ -185,6 +185,24 @@ func (w *world) waitJobs(timeout time.Duration) bool {
 	}
 }
 
+// jobsBudget is how long the jobs are given to be done once the faults
+// ended: 10 s, and for each hang job the runs it may take before it is
+// toxic, each a task timeout, the stuck handler's grace, its worker's exit
+// and a restart (queue.ErrStuckHandler): a queue behind one waits that
+// long (seed 180517: two hang jobs in a one-worker pool were not archived
+// 10 s after the faults, and the jobs behind them not run).
+func (w *world) jobsBudget() time.Duration {
+	d := 10 * time.Second
+	w.jobs.mu.Lock()
+	defer w.jobs.mu.Unlock()
+	for _, j := range w.jobs.byID {
+		if j.typ == "hang" {
+			d += time.Duration(w.toxicRuns(j.queue)) * (TaskTimeout + time.Second)
+		}
+	}
+	return d
+}
+
 // jobsStable is how long every job must look done before the jobs are
 // judged.
 const jobsStable = 1500 * time.Millisecond

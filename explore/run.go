@@ -127,8 +127,8 @@ func RunSeed(seed uint64, opts Options, sh *Shared) Result {
 		w.settle(v)
 		phase("settle")
 		w.revive()
-		if !w.waitJobs(10 * time.Second) {
-			w.b.logf("jobs still not done 10s after the faults ended")
+		if budget := w.jobsBudget(); !w.waitJobs(budget) {
+			w.b.logf("jobs still not done %s after the faults ended", budget)
 		}
 		w.waitActions(StopTimeout + 2*time.Second)
 		if res.Jobs, err = w.judgeJobs(w.readLedger); err != nil {
