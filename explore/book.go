@@ -18,6 +18,7 @@ type book struct {
 	echo    func(string) // verbose mode: each line as it is logged
 	windows []*window
 	crashes map[string]int // component → crashes injected into its processes
+	faulted map[int]bool   // processes a worker fault was injected into
 	held    map[string]bool
 	stats   map[Kind]int // steps that took effect, by kind
 }
@@ -30,7 +31,7 @@ type window struct {
 }
 
 func newBook(t0 time.Time, echo func(string)) *book {
-	return &book{t0: t0, echo: echo, crashes: map[string]int{}, held: map[string]bool{}, stats: map[Kind]int{}}
+	return &book{t0: t0, echo: echo, crashes: map[string]int{}, faulted: map[int]bool{}, held: map[string]bool{}, stats: map[Kind]int{}}
 }
 
 // logf appends one line to the schedule log, stamped with the seed's clock.
@@ -200,10 +201,18 @@ func (b *book) quietSince() time.Time {
 	return last
 }
 
-func (b *book) crashed(comp string) {
+func (b *book) crashed(comp string, pid int) {
 	b.mu.Lock()
 	b.crashes[comp]++
+	b.faulted[pid] = true
 	b.mu.Unlock()
+}
+
+// wasFaulted reports whether a worker fault was injected into process pid.
+func (b *book) wasFaulted(pid int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.faulted[pid]
 }
 
 func (b *book) crashCount(comp string) int {

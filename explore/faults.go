@@ -73,7 +73,7 @@ func (w *world) signal(s Step, sig syscall.Signal, what string) {
 		w.b.logf("%s %s pid %d: %v", s.Kind, comp, p.pid, err)
 		return
 	}
-	w.b.crashed(comp)
+	w.b.crashed(comp, p.pid)
 	w.b.count(s.Kind)
 	w.b.logf("%s %s pid %d on %s (%s)", s.Kind, comp, p.pid, p.host, what)
 	if s.Kind == WorkerStop && s.Dur > 0 {

@@ -402,7 +402,7 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			w.violate(7, "%s archived without having run", what)
 		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns:
 			w.violate(7, "%s archived again without running after an operator retry (it had %d runs then)", what, j.retriedAtRuns)
-		case (j.typ == "crash" || j.typ == "hang") && j.retriedAtRuns < 0 && runs > w.toxicRuns(j.queue)+w.disturbedRuns(v, id, j)+stoppedRuns(v, id, j) && !w.jobs.lostSince(j.at):
+		case (j.typ == "crash" || j.typ == "hang") && j.retriedAtRuns < 0 && runs > w.toxicRuns(j.queue)+w.disturbedRuns(v, id, j)+stoppedRuns(v, id, j)+w.faultedRuns(v, id) && !w.jobs.lostSince(j.at):
 			w.violate(7, "%s: a toxic job ran %d times with job_crash_retries %d", what, runs, w.p.JobCrashRetries)
 		}
 	}
@@ -462,6 +462,21 @@ func stoppedRuns(v ledgerView, id string, j jobRec) int {
 	n := 0
 	for _, pid := range v.runners[id] {
 		if v.exits[strconv.Itoa(pid)] == "clean:0" {
+			n++
+		}
+	}
+	return n
+}
+
+// faultedRuns counts the runs of a job in processes a worker fault was
+// injected into (a kill, a SIGSTOP, an exit): their end may be the
+// fault's, or their supervisor's stop of a frozen process (a release's
+// SIGKILL at stop_timeout, which counts no crash: seed 180709), not the
+// job's.
+func (w *world) faultedRuns(v ledgerView, id string) int {
+	n := 0
+	for _, pid := range v.runners[id] {
+		if w.b.wasFaulted(pid) {
 			n++
 		}
 	}
