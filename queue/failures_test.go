@@ -238,3 +238,71 @@ func TestStuckHandlerDuringAStop(t *testing.T) {
 		})
 	}
 }
+
+// TestStuckHandlerKeepsItsNeighboursOut (CI's explorer run of seed 203): a
+// stuck handler is still running, so no other handler may begin in its
+// process. A task with a crash on record runs alone (gate.go); before, the
+// stuck handler's middleware gave its turn back when it gave up on it, the
+// suspect task then ran "alone" beside the stuck one, and the process's
+// end counted the crash against both as neighbours: the toxic task ran
+// once more than job_crash_retries allows. Now the suspect waits until the
+// worker ends and is handed back to asynq, not begun, its counters as they
+// were.
+func TestStuckHandlerKeepsItsNeighboursOut(t *testing.T) {
+	e := newQEnv(t)
+	cfg := e.config(0)
+	cfg.Env.Concurrency = 2
+	cfg.Env.TaskTimeout = 500 * time.Millisecond
+	cfg.Env.ShutdownTimeout = time.Second
+	release := make(chan struct{}) // ends the stuck handler, as the process's exit would
+	t.Cleanup(func() { close(release) })
+	hangIn, suspectIn := make(chan struct{}), make(chan struct{}, 1)
+	handlers := map[string]asynq.Handler{
+		"hang": asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			close(hangIn)
+			<-release // whatever its context says
+			return nil
+		}),
+		"suspect": asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			suspectIn <- struct{}{}
+			return nil
+		}),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ended := make(chan error, 1)
+	go func() { ended <- queue.RunWorker(ctx, cfg, handlers) }()
+	w := e.watch()
+	c := e.client()
+	hang := e.enqueue(c, "hang", "", asynq.MaxRetry(0), asynq.Retention(time.Hour))
+	receive(t, hangIn)
+	// One crash on record, beside a neighbour: it must run alone.
+	crashKey := e.store.Keys().JobCrashes(e.q, "suspect")
+	if err := e.Client.Set(context.Background(), crashKey, 1, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(c, "suspect", "", asynq.TaskID("suspect"), asynq.MaxRetry(0), asynq.Retention(time.Hour))
+	w.untilJob(hang, queue.StateStuck)
+	select {
+	case err := <-ended:
+		if !errors.Is(err, queue.ErrStuckHandler) {
+			t.Fatalf("RunWorker: %v, want ErrStuckHandler", err)
+		}
+	case <-suspectIn:
+		t.Fatal("a task that must run alone began beside a stuck handler")
+	case <-time.After(waitTimeout):
+		t.Fatal("the worker did not stop after a handler got stuck")
+	}
+	select {
+	case <-suspectIn:
+		t.Fatal("a task that must run alone began beside a stuck handler")
+	default:
+	}
+	info, err := e.insp.GetTaskInfo(e.q, "suspect")
+	if err != nil || info.State != asynq.TaskStatePending {
+		t.Fatalf("the waiting task after the worker ended: %+v, %v; want pending (handed back)", info, err)
+	}
+	if v := e.Client.Get(context.Background(), crashKey).Val(); v != "1" {
+		t.Fatalf("its crash counter: %q, want 1 (it did not run)", v)
+	}
+}

@@ -59,7 +59,23 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err // asynq gave up on it (its shutdown) before its handler began
 	}
-	defer release()
+	defer func() {
+		if w.runs.inside(hr) {
+			// Its handler is still running (stuck, or given up on by
+			// asynq's shutdown): no other handler begins in this process
+			// until it returns, which may be only the process's end. A
+			// task waiting to run alone would run beside it otherwise, and
+			// the crash the exit counts would be held against both as
+			// neighbours (CI's run of explorer seed 203: a toxic task ran
+			// once more than job_crash_retries allows).
+			go func() {
+				<-j.run.returned
+				release()
+			}()
+			return
+		}
+		release()
+	}()
 	if w.runs.handedBack(hr) {
 		return context.Canceled // handed back by asynq's shutdown while it waited
 	}
