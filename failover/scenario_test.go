@@ -409,9 +409,12 @@ func runScenario(t *testing.T, sc scenario, run int) {
 	}
 	procs, _ := lr.Hash(context.Background(), "procs")
 	exits, _ := lr.Hash(context.Background(), "exits")
-	for pid := range procs {
+	var killed []string // pids
+	for pid, who := range procs {
 		if _, ok := exits[pid]; !ok {
 			res.WorkersKilled++
+			killed = append(killed, pid)
+			t.Logf("worker pid %s (%s) ended without its exit on record (killed)", pid, who)
 		}
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -431,8 +434,19 @@ func runScenario(t *testing.T, sc scenario, run int) {
 	if res.DoneTwice > 0 || res.WorkersKilled > 0 || res.CrashesCounted > 0 {
 		t.Errorf("%s: %d jobs done twice, %d healthy workers killed, %d crashes counted (want 0 each)",
 			sc.name, res.DoneTwice, res.WorkersKilled, res.CrashesCounted)
+		// One line a call: make test-failover keeps only the lines that
+		// name a _test.go file, and CI's output is all there is of a run.
 		for _, h := range hosts {
-			t.Logf("host %s log (errors and warnings):\n%s", h.id, grepLevels(h.logText(), 80))
+			for line := range strings.SplitSeq(grepLevels(h.logText(), 80), "\n") {
+				t.Logf("host %s (errors and warnings): %s", h.id, line)
+			}
+			for _, pid := range killed {
+				for line := range strings.SplitSeq(h.logText(), "\n") {
+					if strings.Contains(line, pid) {
+						t.Logf("host %s (pid %s): %s", h.id, pid, line)
+					}
+				}
+			}
 		}
 	}
 }
