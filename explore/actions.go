@@ -158,11 +158,13 @@ func (w *world) jobAction(s Step) (string, error) {
 		if lerr != nil {
 			return desc, lerr
 		}
+		crashes := w.injectedCrashesIn(s.Queue)
 		err = w.insp.RunTask(s.Queue, t.ID)
 		if err == nil {
 			w.jobs.mu.Lock()
 			if j := w.jobs.byID[t.ID]; j != nil {
 				j.retriedAtRuns = v.runs[t.ID]
+				j.retriedAtCrashes = crashes
 			}
 			w.jobs.mu.Unlock()
 		}

@@ -30,6 +30,9 @@ type jobRec struct {
 	at             time.Time
 	deleted        bool
 	retriedAtRuns  int // runs the ledger showed when an operator retried it (-1: never)
+	// retriedAtCrashes is how many crashes had been injected into its
+	// pool's processes when an operator retried it.
+	retriedAtCrashes int
 }
 
 // jobBook is every job enqueued, and the data losses that may have taken
@@ -400,6 +403,15 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			st.ToxicUnseen++
 		case runs == 0:
 			w.violate(7, "%s archived without having run", what)
+		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns && strings.HasPrefix(lastErr, "toxic") &&
+			w.injectedCrashesIn(j.queue) > j.retriedAtCrashes:
+			// Retried, then dequeued by a worker killed (an injected
+			// fault) with its running record written and its handler not
+			// yet begun: that crash counts against it, as against any
+			// task whose worker dies holding it, and one past
+			// job_crash_retries makes it toxic again (seed 211114; the
+			// same as a first run's, above).
+			st.ToxicUnseen++
 		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns:
 			w.violate(7, "%s archived again without running after an operator retry (it had %d runs then)", what, j.retriedAtRuns)
 		case (j.typ == "crash" || j.typ == "hang") && j.retriedAtRuns < 0 && runs > w.toxicRuns(j.queue)+w.disturbedRuns(v, id, j)+stoppedRuns(v, id, j)+w.faultedRuns(v, id) && !w.jobs.lostSince(j.at):
