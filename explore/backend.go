@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -58,6 +59,9 @@ func (b *mini) Restart(bool) (bool, error) { return false, nil }
 type server struct {
 	port int
 	dir  string
+	// mu guards cmd: a pause's end (a timer of its own) may come while a
+	// restart has no process (explorer panic at seed ~213200 on 8c361f4).
+	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 	rdb  *redis.Client // for SHUTDOWN and FLUSHALL
@@ -146,11 +150,25 @@ func (s *server) Pause(on bool) (bool, error) {
 	if on {
 		sig = syscall.SIGSTOP
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return true, nil // no process (a failed restart, the end): nothing to pause
+	}
 	return true, s.cmd.Process.Signal(sig)
 }
 
+// cont resumes a paused server, if it has a process.
+func (s *server) cont() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
+
 func (s *server) Flush() error {
-	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server would not answer
+	s.cont() // a paused server would not answer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.rdb.FlushAll(ctx).Err()
@@ -159,6 +177,11 @@ func (s *server) Flush() error {
 func (s *server) Restart(keep bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return true, s.start() // a restart that failed to start it before
+	}
 	_ = s.cmd.Process.Signal(syscall.SIGCONT)
 	if keep {
 		_ = s.rdb.ShutdownSave(ctx).Err() // the connection ends: the error says nothing
@@ -178,7 +201,9 @@ func (s *server) Restart(keep bool) (bool, error) {
 }
 
 func (s *server) Close() {
+	s.mu.Lock()
 	s.kill()
+	s.mu.Unlock()
 	_ = s.rdb.Close()
 	s.pp.give([]int{s.port})
 	os.RemoveAll(s.dir)
