@@ -50,6 +50,18 @@ const (
 )
 
 func main() {
+	// First of all: a SIGTERM that comes as the process starts (its host
+	// shutting down just after it spawned it) is a stop like any other,
+	// its exit on record. Installed later, the default action killed such
+	// a process by the signal (exit 143), and the ledger took it for a
+	// worker killed (CI's test-failover, cluster/kill-queue on 54ff58a).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		now := time.Now()
+		termAt.Store(&now)
+	}()
 	if f := os.Getenv(envCrashLoop); f != "" {
 		if _, err := os.Stat(f); err == nil {
 			fmt.Fprintln(os.Stderr, "chaosworker: crash loop file present, exiting")
@@ -63,7 +75,7 @@ func main() {
 	}
 	_ = l.Hello(context.Background(), os.Getenv(health.EnvComponent), os.Getenv(health.EnvHost))
 	code := 0
-	if err := run(l); err != nil {
+	if err := run(ctx, l); err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		code = 1
 	}
@@ -99,7 +111,7 @@ func exitOn(l *testledger.Writer, sig os.Signal, code int) {
 	}()
 }
 
-func run(l *testledger.Writer) error {
+func run(ctx context.Context, l *testledger.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg, err := queue.WorkerConfigFromEnv()
 	if err != nil {
@@ -155,13 +167,6 @@ func run(l *testledger.Writer) error {
 			select {} // until the process ends
 		}),
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		now := time.Now()
-		termAt.Store(&now)
-	}()
 	return queue.RunWorker(ctx, cfg, handlers)
 }
 
