@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -393,9 +394,18 @@ func (s *Supervisor) recoverPID(d deadPID, reason string) {
 		s.recoverLater = append(s.recoverLater, d)
 		return
 	}
-	ctx, cancel := s.opCtx()
-	n, err := s.cfg.Recoverer.Recover(ctx, d.id, d.pid, d.crashed)
+	// Recover makes several round trips (four, and a script sent again
+	// after Redis lost its script cache): each has op_timeout of its own
+	// within a budget, as a tick's calls. One op_timeout for them all
+	// failed on a link whose round trip took a third of it, though every
+	// call was answered in time; Redis counted as down, the recovery ran
+	// again when it "came back" and failed again, and the dead worker's
+	// task stayed active (fault explorer E56, TestRecoveryCompletesOnASlowLink).
+	calls := s.stepCalls()
+	ctx, cancel := context.WithTimeout(calls.with(context.Background()), recoverBudget*s.cfg.OpTimeout)
+	n, err := s.cfg.Recoverer.Recover(boundCalls(ctx, s.cfg.OpTimeout), d.id, d.pid, d.crashed)
 	cancel()
+	s.waited(calls)
 	if err != nil {
 		s.recoverLater = append(s.recoverLater, d)
 		s.redisFailed(err)
@@ -406,6 +416,10 @@ func (s *Supervisor) recoverPID(d deadPID, reason string) {
 		s.log.Info("requeued running tasks", "component", d.id.String(), "pid", d.pid, "tasks", n, "crashed", d.crashed)
 	}
 }
+
+// recoverBudget is how many op_timeouts one recovery may take in all, each
+// of its calls bounded by one.
+const recoverBudget = 5
 
 // deadPID is a reaped process of a component whose tasks still need
 // requeueing.

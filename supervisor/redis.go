@@ -16,6 +16,10 @@ import (
 // probeInterval is how often an unreachable Redis is tried again.
 const probeInterval = 250 * time.Millisecond
 
+// probeBudget is how many op_timeouts one probe may take in all, each of
+// its calls bounded by one.
+const probeBudget = 3
+
 // redisFailed marks Redis unreachable after a failed call. From now until it
 // answers again nothing is judged by heartbeat (DESIGN.md §11: no worker is
 // killed for a heartbeat it could not write), records are kept in memory,
@@ -89,7 +93,14 @@ func (s *Supervisor) probeRedis() {
 		case <-time.After(probeInterval):
 		}
 		// Until the monitor returns: a Stop does not wait for a probe.
-		ctx, cancel := context.WithTimeout(s.over, s.cfg.OpTimeout)
+		// Each call has op_timeout of its own (a PING, a write, and on a
+		// Cluster a PING and CLUSTER INFO per master): a Redis that
+		// answers every call within op_timeout is back, however slow its
+		// round trips. One op_timeout for them all never found a Redis
+		// back whose round trip took half of it: the first call after an
+		// outage takes two (go-redis tries again on a new connection) (E56).
+		ctx, cancel := context.WithTimeout(s.over, probeBudget*s.cfg.OpTimeout)
+		ctx = boundCalls(ctx, s.cfg.OpTimeout)
 		err := pingAll(ctx, s.store.Client())
 		if err == nil {
 			err = s.probeWrite(ctx)
