@@ -186,22 +186,36 @@ func (w *world) waitJobs(timeout time.Duration) bool {
 }
 
 // jobsBudget is how long the jobs are given to be done once the faults
-// ended: 10 s, and for each hang job the runs it may take before it is
-// toxic, each a task timeout, the stuck handler's grace, its worker's exit
-// and a restart (queue.ErrStuckHandler): a queue behind one waits that
-// long (seed 180517: two hang jobs in a one-worker pool were not archived
-// 10 s after the faults, and the jobs behind them not run).
+// ended: 10 s, and for each hang or crash job the runs it may take before
+// it is toxic. A hang job's run is a task timeout, the stuck handler's
+// grace, its worker's exit and a restart (queue.ErrStuckHandler): a queue
+// behind one waits that long (seed 180517: two hang jobs in a one-worker
+// pool were not archived 10 s after the faults, and the jobs behind them
+// not run). A crash job's run is a crash, a backoff and a new worker's
+// start, and every max_in_window of them a failed worker to revive (seed
+// 230149: three crash jobs in a one-worker pool took nine runs; the last
+// was archived as toxic 0.6 s after the judgement, on a machine where a
+// worker takes 0.6 s to start).
 func (w *world) jobsBudget() time.Duration {
 	d := 10 * time.Second
 	w.jobs.mu.Lock()
 	defer w.jobs.mu.Unlock()
 	for _, j := range w.jobs.byID {
-		if j.typ == "hang" {
+		switch j.typ {
+		case "hang":
 			d += time.Duration(w.toxicRuns(j.queue)) * (TaskTimeout + time.Second)
+		case "crash":
+			d += time.Duration(w.toxicRuns(j.queue)) * crashRun
 		}
 	}
 	return d
 }
+
+// crashRun is what the jobs' budget gives each run of a crash job: the
+// longest backoff, a worker's start on a loaded machine, and a share of
+// the revive of a worker failed by the crashes (waitJobs revives once a
+// second).
+const crashRun = BackoffMax + time.Second
 
 // jobsStable is how long every job must look done before the jobs are
 // judged.

@@ -265,7 +265,8 @@ func (w *world) shutdownHost(h *host, p *hostProc, why string) {
 		for _, pid := range append([]int{p.pid}, sortedKeys(kids)...) {
 			where = append(where, procWhere(pid))
 		}
-		w.b.logf("%s %s: Stop not returned after %s; host and workers: %s", why, h.id, StopTimeout+time.Second, strings.Join(where, ", "))
+		w.b.logf("%s %s: Stop not returned after %s; host and workers: %s; tasks in D on the machine: %s",
+			why, h.id, StopTimeout+time.Second, strings.Join(where, ", "), blockedTasks(12))
 	})
 	m, err := p.shutdown(StopTimeout + 2*time.Second)
 	watch.Stop()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/internal/testledger"
 )
@@ -172,14 +173,19 @@ func (w *world) readLedger() (ledgerView, error) {
 }
 
 // runnersOf describes the processes that ran a task: pid, component,
-// host and how each ended.
+// host and how each ended. A process with no exit in the ledger may live
+// yet, or have ended without a word: a signal, or a crash job's exit 3
+// (E56 was first reported as "killed" for any of these).
 func (v ledgerView) runnersOf(id string) string {
 	var out []string
 	for _, pid := range v.runners[id] {
 		comp, host := v.procOf(pid)
 		exit := v.exits[strconv.Itoa(pid)]
 		if exit == "" {
-			exit = "killed"
+			exit = "ended unrecorded (a signal, or a crash job's exit)"
+			if alive(pid) {
+				exit = "alive"
+			}
 		}
 		out = append(out, fmt.Sprintf("%d %s on %s %s", pid, comp, host, exit))
 	}
@@ -203,8 +209,7 @@ func (v ledgerView) inHandler(id string) bool {
 	if err != nil {
 		return false
 	}
-	_, state, _, ok := stat(pid)
-	return ok && state != 'Z'
+	return alive(pid)
 }
 
 // killed reports whether pid did not end on its own terms (no exits entry,
@@ -257,7 +262,7 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 	}
 	// A zombie is dead: an orphan that exited is the explorer's child (its
 	// subreaper) until the explorer reaps it (finding E35).
-	if _, state, _, ok := stat(pid); ok && state != 'Z' {
+	if alive(pid) {
 		return false
 	}
 	// Only a process that died with its host: a host that lives reaps its
@@ -270,6 +275,57 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 	_, host := v.procOf(pid)
 	since := j.at.Add(-(StopTimeout + time.Second))
 	return w.b.killed(host, since, time.Now()) || w.b.stoppedCut(host, since, time.Now())
+}
+
+// activeFacts describes where j stands in asynq's structures and whether
+// the process its owner field names lives, for a job judged not done
+// (finding E56: a dead worker's task left active, or a live one's never
+// written, could not be told apart once the seed's Redis was gone). The
+// hash is asynq's (its payload left out); "active list" is LPOS in the
+// queue's active list (Vigil's recovery and asynq's find a task there
+// only), "lease" its deadline in the lease set.
+func (w *world) activeFacts(j jobRec) string {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	q := "asynq:{" + j.queue + "}:"
+	var b strings.Builder
+	b.WriteString("; facts:")
+	h, err := w.rdb.HGetAll(ctx, q+"t:"+j.id).Result()
+	if err != nil {
+		fmt.Fprintf(&b, " hash unread (%v)", err)
+	} else {
+		keys := make([]string, 0, len(h))
+		for k := range h {
+			if k != "msg" { // the payload (protobuf)
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, " %s=%q", k, h[k])
+		}
+	}
+	if pos, err := w.rdb.LPos(ctx, q+"active", j.id, redis.LPosArgs{}).Result(); err == nil {
+		fmt.Fprintf(&b, ", active list at %d", pos)
+	} else {
+		fmt.Fprintf(&b, ", active list: %v", err)
+	}
+	if at, err := w.rdb.ZScore(ctx, q+"lease", j.id).Result(); err == nil {
+		fmt.Fprintf(&b, ", lease ends in %s", time.Until(time.Unix(int64(at), 0)).Round(time.Second))
+	} else {
+		fmt.Fprintf(&b, ", lease: %v", err)
+	}
+	if pid, ok := w.ownerPID(j); ok {
+		switch _, st, _, ok := stat(pid); {
+		case !ok:
+			fmt.Fprintf(&b, ", owner %d gone", pid)
+		case st == 'Z':
+			fmt.Fprintf(&b, ", owner %d a zombie", pid)
+		default:
+			fmt.Fprintf(&b, ", owner %d alive (state %c)", pid, st)
+		}
+	}
+	return b.String()
 }
 
 // taskState is a job as asynq showed it.
@@ -365,7 +421,7 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			}
 			continue
 		case state == "active" && done > 0:
-			w.violate(7, "%s: its handler succeeded but asynq still shows it active (the outcome was never written, and its worker did not die with its host)", what)
+			w.violate(7, "%s: its handler succeeded but asynq still shows it active (the outcome was never written, and its worker did not die with its host)%s", what, w.activeFacts(j))
 			continue
 		case state == "active" && w.awaitingLease(v, j):
 			// Its worker died with its host (or cut from Redis): DESIGN §11
@@ -373,7 +429,7 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			st.AwaitingLease++
 			continue
 		case state != "completed" && state != "archived":
-			w.violate(7, "%s is not done", what)
+			w.violate(7, "%s is not done%s", what, w.activeFacts(j))
 			continue
 		}
 		if j.typ == "sleep" {
@@ -432,8 +488,8 @@ func (w *world) unexplainedDuplicate(v ledgerView, id string, j jobRec) string {
 	var bad []string
 	for _, pid := range pids[:len(pids)-1] {
 		_, host := v.procOf(pid)
-		_, _, _, alive := stat(pid)
-		if !alive || v.killed(pid) || w.b.disturbedBut(host, j.at, time.Now(), 0, whyFailover) {
+		_, _, _, exists := stat(pid)
+		if !exists || v.killed(pid) || w.b.disturbedBut(host, j.at, time.Now(), 0, whyFailover) {
 			continue
 		}
 		if w.b.disturbed(host, j.at, time.Now(), 0) {

@@ -210,14 +210,116 @@ func becomeSubreaper() error {
 }
 
 // procWhere describes where process pid is now, for a log line: its state
-// and the kernel function it sleeps in (wchan), or that it is gone.
+// and the kernel function it sleeps in (wchan), or that it is gone; then
+// each of its other threads the same way, with the top of the kernel stack
+// of any not asleep in the ordinary way (E43: a zombie leader whose parent
+// cannot collect it yet is waiting for its other threads to finish exiting).
 func procWhere(pid int) string {
 	_, state, _, ok := stat(pid)
 	if !ok {
 		return fmt.Sprintf("%d gone", pid)
 	}
-	wchan, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/wchan")
-	return fmt.Sprintf("%d %c %s", pid, state, strings.TrimSpace(string(wchan)))
+	dir := "/proc/" + strconv.Itoa(pid)
+	out := fmt.Sprintf("%d %c %s", pid, state, readTrim(dir+"/wchan"))
+	tids, _ := os.ReadDir(dir + "/task")
+	var threads []string
+	for _, t := range tids {
+		if t.Name() == strconv.Itoa(pid) {
+			continue
+		}
+		threads = append(threads, taskWhere(dir+"/task/"+t.Name(), t.Name()))
+	}
+	if len(threads) > 0 {
+		out += " [threads: " + strings.Join(threads, "; ") + "]"
+	}
+	return out
+}
+
+// taskWhere describes one task (thread) by its /proc directory: its state,
+// its wchan, and for a task in D (or any state but S) the first frames of
+// its kernel stack.
+func taskWhere(dir, tid string) string {
+	b, _ := os.ReadFile(dir + "/stat")
+	state, ok := statState(b)
+	if !ok {
+		return tid + " gone"
+	}
+	out := fmt.Sprintf("%s %c %s", tid, state, readTrim(dir+"/wchan"))
+	if state != 'S' {
+		out += " {" + kernelStack(dir, 4) + "}"
+	}
+	return out
+}
+
+// kernelStack returns the first n frames of a task's kernel stack
+// (/proc/<pid>/task/<tid>/stack, root only), joined by " < ".
+func kernelStack(dir string, n int) string {
+	var frames []string
+	for _, l := range strings.Split(readTrim(dir+"/stack"), "\n") {
+		if f := strings.Fields(l); len(f) == 2 {
+			frames = append(frames, f[1])
+		}
+		if len(frames) == n {
+			break
+		}
+	}
+	return strings.Join(frames, " < ")
+}
+
+// blockedTasks lists, for a log line, every task of the machine in
+// uninterruptible sleep (D) with the top of its kernel stack, at most limit
+// of them: E43's workers wait on something every host shares, and a task
+// stuck in the kernel (a journal commit, a writeback) would name it.
+func blockedTasks(limit int) string {
+	pids, _ := os.ReadDir("/proc")
+	var out []string
+	for _, p := range pids {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		tids, _ := os.ReadDir("/proc/" + p.Name() + "/task")
+		for _, t := range tids {
+			dir := "/proc/" + p.Name() + "/task/" + t.Name()
+			b, _ := os.ReadFile(dir + "/stat")
+			if state, ok := statState(b); !ok || state != 'D' {
+				continue
+			}
+			comm := ""
+			if i, j := bytes.LastIndexByte(b, ')'), bytes.IndexByte(b, '('); j >= 0 && j < i {
+				comm = string(b[j+1 : i])
+			}
+			out = append(out, fmt.Sprintf("%s/%s %s {%s}", p.Name(), t.Name(), comm, kernelStack(dir, 4)))
+			if len(out) == limit {
+				return strings.Join(out, "; ") + "; …"
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
+}
+
+// alive reports whether pid is a live process: it exists and is no
+// zombie (a zombie is dead, waiting for its parent to collect it).
+func alive(pid int) bool {
+	_, state, _, ok := stat(pid)
+	return ok && state != 'Z'
+}
+
+// statState returns the state letter of a /proc stat line (after the
+// command's closing parenthesis), ok false for a short or empty one.
+func statState(b []byte) (byte, bool) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, false
+	}
+	return b[i+2], true
+}
+
+func readTrim(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b))
 }
 
 // sortedKeys returns the pids of set in order.

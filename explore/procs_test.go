@@ -1,8 +1,12 @@
 package explore
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -43,4 +47,38 @@ func TestProcStarted(t *testing.T) {
 	if !found {
 		t.Fatal("the child is not among this process's children")
 	}
+}
+
+// procWhere names every thread of a process (E43's evidence: a zombie
+// leader waits for its other threads), and a stopped one with its kernel
+// stack; a gone process is said gone.
+func TestProcWhereNamesThreads(t *testing.T) {
+	got := procWhere(os.Getpid()) // a Go test binary: several threads
+	if !strings.Contains(got, "[threads: ") {
+		t.Fatalf("procWhere of this process: %q", got)
+	}
+	cmd := exec.Command("sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	dir := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/task/" + strconv.Itoa(cmd.Process.Pid)
+	where := taskWhere(dir, "x")
+	for deadline := time.Now().Add(2 * time.Second); !strings.HasPrefix(where, "x T") && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // polling /proc for the stop to take hold
+		where = taskWhere(dir, "x")
+	}
+	if !strings.HasPrefix(where, "x T") || !strings.Contains(where, "{") {
+		t.Fatalf("a stopped task: %q", where)
+	}
+	if got := procWhere(1 << 30); got != fmt.Sprint(1<<30)+" gone" {
+		t.Fatalf("a gone process: %q", got)
+	}
+	_ = blockedTasks(3) // reads the whole machine without failing
 }
