@@ -250,7 +250,10 @@ func TestKillToPendingLatency(t *testing.T) {
 	p := func(q float64) time.Duration { return lat[int(q*float64(len(lat)-1))].Round(10 * time.Microsecond) }
 	t.Logf("SIGKILL → task back in pending (requeued:stale seen), %d kills: median %s, p90 %s, worst %s",
 		len(lat), p(0.5), p(0.9), lat[len(lat)-1].Round(10*time.Microsecond))
-	if worst := lat[len(lat)-1]; worst > 2*time.Second {
+	// A bound for a loaded machine: the defect this guards (the task left
+	// to asynq's recovery of expired leases) takes 30 s or more; the
+	// latency itself is reported by this test's log, which make bench reads (P7).
+	if worst := lat[len(lat)-1]; worst > 10*time.Second {
 		t.Fatalf("worst kill → pending %s", worst)
 	}
 }

@@ -23,6 +23,20 @@ import (
 func TestBadInput(t *testing.T) {
 	h := newHarness(t, setup{workers: 1})
 	h.waitStatus(h.id(0), health.StatusHealthy, false)
+	// And the health summary has caught up with it: it is written after
+	// the worker's record (CI saw it go from "degraded: queue … has no
+	// healthy worker" to healthy between the two dumps below).
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		v, err := h.redis.Client.Get(ctx(t), h.store.Keys().Health()).Result()
+		if err == nil && strings.HasPrefix(v, "healthy") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the health summary is %q (%v) 15 s after the worker was healthy", v, err)
+		}
+		<-time.After(20 * time.Millisecond) // polling Redis
+	}
 	long := strings.Repeat("a", 10<<10)
 	jobs := "/api/v1/queues/" + h.q1 + "/jobs"
 	tests := []struct {

@@ -29,6 +29,12 @@ func TestSlowAdoptionKeepsItsLeases(t *testing.T) {
 		Policy:      longBackoff,
 		Lease:       lease,
 		MaxPoolSize: n,
+		// The subject is the leases, not the heartbeats: with the harness's
+		// 1 s TTL, a worker starved of CPU for a second on a loaded machine
+		// (CI ran it beside other packages; 6 CPU burners on 2 cores
+		// reproduced it) was judged hung, and longBackoff kept it down past
+		// the wait below.
+		Heartbeat: supervisor.Heartbeat{Interval: 250 * time.Millisecond, TTL: 5 * time.Second},
 	})
 	// 25 ms a round trip: starting 40 workers takes 40 x (2 round trips
 	// and a fork), longer than the lease (5 s here without the budget).

@@ -97,7 +97,10 @@ func TestLogTailIsBoundedInBytes(t *testing.T) {
 	})
 	h.start()
 	id := health.ComponentID{Queue: "q"}
-	h.waitFor(id, isStatus(health.StatusHealthy))
+	// 13 MB through a shell loop of 400 processes before the first beat:
+	// on a loaded machine that outlasts waitTimeout (the start timeout is
+	// a minute).
+	waitForWithin(t, h.store, id, isStatus(health.StatusHealthy), 4*waitTimeout)
 	h.logs.wait(t, 0, waitTimeout, `msg="worker output"`, `line=done`)
 	total := 0
 	logs := h.sup.Logs(id)

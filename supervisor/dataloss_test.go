@@ -25,8 +25,9 @@ import (
 func TestDataLossAtHeartbeatDeadlineKillsNothing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Policy: longBackoff,
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy:    longBackoff,
+		Heartbeat: stallBeat, // once resumed, the worker beats within a TTL, on a loaded machine too
 		// Ticks, which notice lost data by this host's own record, are
 		// far apart: the heartbeat deadline must notice it on its own.
 		Lease: time.Minute,

@@ -20,8 +20,9 @@ import (
 func outageHarness(t testing.TB, n int) (*harness, *testredis.Server) {
 	t.Helper()
 	return serverHarness(t, supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
-		Policy: shortBackoff,
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: n, Command: []string{testWorker, "beat"}}},
+		Policy:    shortBackoff,
+		Heartbeat: stallBeat, // the workers beat again within a TTL of Redis's return, on a loaded machine too
 	})
 }
 

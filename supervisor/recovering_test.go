@@ -14,14 +14,13 @@ var recoverBeat = supervisor.Heartbeat{Interval: 100 * time.Millisecond, TTL: 50
 	RecoverMin: 100 * time.Millisecond, RecoverMax: 3 * time.Second}
 
 // startRecovering supervises one worker of queue q running the test
-// worker's mode (recover, recover-beat) with a window, beating as
-// recoverBeat says, and returns its id and a reader of its events (opened
-// before it starts).
-func startRecovering(t *testing.T, mode string, window time.Duration) (health.ComponentID, *eventReader) {
+// worker's mode (recover, recover-beat) with a window, beating as hb says,
+// and returns its id and a reader of its events (opened before it starts).
+func startRecovering(t *testing.T, mode string, window time.Duration, hb supervisor.Heartbeat) (health.ComponentID, *eventReader) {
 	t.Helper()
 	h := newHarness(t, supervisor.Config{
 		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, mode, window.String()}}},
-		Heartbeat: recoverBeat,
+		Heartbeat: hb,
 		Policy:    longBackoff,
 	})
 	ev := newEventReader(t, h.store)
@@ -36,7 +35,7 @@ func startRecovering(t *testing.T, mode string, window time.Duration) (health.Co
 func TestRecoveringWindowOutlivesTTLThenExpiryIsACrash(t *testing.T) {
 	t.Parallel()
 	const window = 2 * time.Second
-	id, ev := startRecovering(t, "recover", window)
+	id, ev := startRecovering(t, "recover", window, recoverBeat)
 	seq := ev.waitSequence(id, isView(health.StatusRecovering), isView(health.StatusCrashed))
 	rec, crashed := seq[0], seq[1]
 	if rec.Reason != "loading" || rec.RecoveringUntil == 0 {
@@ -64,7 +63,13 @@ func TestRecoveringWindowOutlivesTTLThenExpiryIsACrash(t *testing.T) {
 func TestRecoveringEndsAtNextBeat(t *testing.T) {
 	t.Parallel()
 	const window = time.Second
-	id, ev := startRecovering(t, "recover-beat", window)
+	// A TTL of 2 s: the worker beats on, and must not be judged hung
+	// when the loaded machine starves it for half a second (recoverBeat's
+	// TTL). A monitor that judged the window's end rather than the beats
+	// still kills it at the window's end.
+	hb := recoverBeat
+	hb.TTL = 2 * time.Second
+	id, ev := startRecovering(t, "recover-beat", window, hb)
 	// Both may come in one read of the stream: one reader, in order.
 	seq := ev.waitSequence(id, isView(health.StatusRecovering), isView(health.StatusHealthy))
 	rec, back := seq[0], seq[1]
@@ -72,7 +77,7 @@ func TestRecoveringEndsAtNextBeat(t *testing.T) {
 		t.Errorf("after the window: %+v, want the same process healthy without reason", back)
 	}
 	// Past the window's end and two TTLs: still the same process.
-	ev.expectNone(time.Until(time.UnixMilli(rec.RecoveringUntil).Add(2*recoverBeat.TTL)), func(w health.WorkerView) bool {
+	ev.expectNone(time.Until(time.UnixMilli(rec.RecoveringUntil).Add(2*hb.TTL)), func(w health.WorkerView) bool {
 		return w.Component == id.String() && w.Status != string(health.StatusHealthy)
 	})
 }
