@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -28,6 +30,7 @@ func demoCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	flags := config.RegisterFlags(fs)
 	every := fs.Duration("chaos-every", 4*time.Second, "how often the demo enqueues a job that fails, crashes or hangs its worker")
 	jobEvery := fs.Duration("job-every", 300*time.Millisecond, "how often the demo enqueues a job")
+	chaosQueues := fs.String("chaos-queues", "", "comma-separated pools that get the jobs that fail, crash or hang their worker, and the toxic one (default: every pool)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,6 +59,10 @@ func demoCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := applyOverrides(&cfg, flags); err != nil {
 		return err
 	}
+	chaosOn, err := demoChaosQueues(cfg, *chaosQueues)
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		return err
@@ -65,7 +72,7 @@ func demoCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return serve(ctx, cfg, log, func(sup *supervisor.Supervisor) {
 		go demoChaos(ctx, sup, log, *every)
-		go demoJobs(ctx, sup, log, *jobEvery, *every)
+		go demoJobs(ctx, sup, log, *jobEvery, *every, chaosOn)
 	})
 }
 
@@ -87,11 +94,35 @@ func demoChaos(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger
 	log.Info("demo: sending a worker into a crash loop", "component", loop.String())
 }
 
+// demoChaosQueues returns the pools named in list (comma-separated), or
+// every pool when list is empty; a name that is not a pool is an error.
+func demoChaosQueues(cfg config.Config, list string) ([]string, error) {
+	var pools []string
+	for _, p := range cfg.Pools {
+		pools = append(pools, p.Queue)
+	}
+	if strings.TrimSpace(list) == "" {
+		return pools, nil
+	}
+	var qs []string
+	for q := range strings.SplitSeq(list, ",") {
+		q = strings.TrimSpace(q)
+		if !slices.Contains(pools, q) {
+			return nil, fmt.Errorf("demo: -chaos-queues: %q is not a pool of the demo (%s)", q, strings.Join(pools, ", "))
+		}
+		if !slices.Contains(qs, q) {
+			qs = append(qs, q)
+		}
+	}
+	return qs, nil
+}
+
 // demoJobs enqueues a steady trickle of demo jobs, every `every`, on random
 // pools: mostly work that reports progress, and now and then (every
 // chaosEvery) one that fails, fails for good, crashes its worker or hangs
-// it; after 30 s, and then every 5 minutes, a toxic one.
-func demoJobs(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger, every, chaosEvery time.Duration) {
+// it; after 30 s, and then every 5 minutes, a toxic one. Those go to the
+// pools of chaosOn only.
+func demoJobs(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger, every, chaosEvery time.Duration, chaosOn []string) {
 	cfg := sup.Config()
 	queues := make([]string, 0, len(cfg.Pools))
 	timeouts := map[string]time.Duration{}
@@ -115,9 +146,11 @@ func demoJobs(ctx context.Context, sup *supervisor.Supervisor, log *slog.Logger,
 		switch now := time.Now(); {
 		case now.Sub(start) > 30*time.Second && now.Sub(lastToxic) > 5*time.Minute:
 			lastToxic, task = now, demoTask(demoToxic, 0)
+			q = chaosOn[rand.IntN(len(chaosOn))]
 		case now.Sub(lastChaos) > chaosEvery:
 			lastChaos = now
 			task, opts = demoTask(misbehaving[rand.IntN(len(misbehaving))], 1000), []asynq.Option{asynq.MaxRetry(2)}
+			q = chaosOn[rand.IntN(len(chaosOn))]
 		}
 		info, err := c.Enqueue(ctx, q, task, opts...)
 		if err != nil {
