@@ -184,10 +184,10 @@ func TestOutageKeepsOutcomes(t *testing.T) {
 
 	p.Refuse(true)
 	p.Cut()
-	<-e.logs.waitFor("redis unreachable")
+	e.untilLog("redis unreachable")
 	later := e.enqueue(c, "job", "", asynq.Retention(time.Hour)) // straight to Redis: the worker cannot see it
 	close(release)
-	<-e.logs.waitFor("task outcome kept")
+	e.untilLog("task outcome kept")
 	if n := cfg.Metrics.KeptOutcomes.Load(); n != 1 {
 		t.Fatalf("%d outcomes kept, want 1", n)
 	}
@@ -196,7 +196,7 @@ func TestOutageKeepsOutcomes(t *testing.T) {
 	}
 
 	p.Refuse(false)
-	<-e.logs.waitFor("redis reachable again")
+	e.untilLog("redis reachable again")
 	w.untilJob(later, done)
 	for _, id := range []string{held, later} {
 		if n := r.count(id); n != 1 {
@@ -322,7 +322,7 @@ func TestRedisRefusesWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	<-e.logs.waitFor("redis refuses the worker's writes (OOM)")
+	e.untilLog("redis refuses the worker's writes (OOM)")
 	if n := cfg.Metrics.RefusedByKind()["OOM"]; n < 1 {
 		t.Fatalf("OOM refusals counted: %d", n)
 	}
@@ -376,8 +376,8 @@ func TestReadOnlyAfterFailover(t *testing.T) {
 	}
 	replicate(t, e.Client, other.Port)
 	close(release)
-	<-e.logs.waitFor("task outcome kept")
-	<-e.logs.waitFor("redis refuses the worker's writes (READONLY)")
+	e.untilLog("task outcome kept")
+	e.untilLog("redis refuses the worker's writes (READONLY)")
 	if n := r.count(waiting); n != 0 {
 		t.Fatal("a task ran on a read-only replica")
 	}
@@ -391,10 +391,20 @@ func TestReadOnlyAfterFailover(t *testing.T) {
 		}
 	}
 	m := cfg.Metrics
-	if m.RefusedByKind()["READONLY"] < 1 || m.KeptWritten.Load() != 1 || m.RedisUnreachable.Load() != 0 {
-		t.Fatalf("metrics: READONLY refusals %d, kept written %d, unreachable %d; want ≥ 1, 1, 0",
-			m.RefusedByKind()["READONLY"], m.KeptWritten.Load(), m.RedisUnreachable.Load())
+	if m.RefusedByKind()["READONLY"] < 1 || m.KeptWritten.Load() != 1 {
+		t.Fatalf("metrics: READONLY refusals %d, kept written %d; want ≥ 1, 1",
+			m.RefusedByKind()["READONLY"], m.KeptWritten.Load())
 	}
+	// A refusal is not an outage: no READONLY reply may be taken for
+	// Redis unreachable. A call that timed out while the demoted server
+	// loaded its new master's data is one (CI, under load: "i/o timeout"
+	// once, Redis back 5 ms later), so the count itself is not asked to be 0.
+	for line := range strings.SplitSeq(e.logs.String(), "\n") {
+		if strings.Contains(line, "redis unreachable") && strings.Contains(line, "READONLY") {
+			t.Fatalf("a READONLY reply taken for Redis unreachable: %s", line)
+		}
+	}
+	t.Logf("Redis unreachable %d times (timeouts) during the failover", m.RedisUnreachable.Load())
 }
 
 // replicate makes c's server a replica of the server on port and waits

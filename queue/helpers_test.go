@@ -324,6 +324,17 @@ func (s *logSink) waitFor(sub string) <-chan struct{} {
 	return ch
 }
 
+// untilLog waits, at most waitTimeout, until a log line containing sub is
+// written.
+func (e *qenv) untilLog(sub string) {
+	e.tb.Helper()
+	select {
+	case <-e.logs.waitFor(sub):
+	case <-time.After(waitTimeout):
+		e.tb.Fatalf("no log line %q in %s", sub, waitTimeout)
+	}
+}
+
 func (s *logSink) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
