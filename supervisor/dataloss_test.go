@@ -380,3 +380,88 @@ func crashedInBackoff(t *testing.T) (h *harness, id health.ComponentID, before, 
 	}
 	return h, id, before, h.waitFor(id, isStatus(health.StatusCrashed))
 }
+
+// TestDataLossBeforeALateRenewal: fault explorer E57 (seed 150168, CI's
+// replay, six seeds at a time). Redis lost its data while a tick was slow
+// (there: spawning workers on a loaded machine; here: its read of the
+// control hash held) after the tick had read the hosts; the tick's write
+// of its host record re-created it, so the next tick found the record
+// there (E30), and only the slots' leases gone. That renewal came more than
+// a lease after the last one, so the leases could have lapsed: it took
+// them again as lapsed, and nothing for lost. The running worker's record,
+// re-created by its heartbeat without an instance, named no lease holder
+// for good (invariant 3), and the stopped worker's record, with its hold,
+// was gone (invariant 4). A lease taken again after a lapse leaves a loss
+// possible: the records of its slots are read, and one gone or re-created
+// is lost data.
+func TestDataLossBeforeALateRenewal(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy:    longBackoff,
+		Lease:     lease,
+		Heartbeat: stallBeat,
+		OpTimeout: stallOpTimeout, // the held read fails no call
+	})
+	stopped, running := health.ComponentID{Queue: "q", Slot: 0}, health.ComponentID{Queue: "q", Slot: 1}
+	h.start()
+	h.waitHealthy(stopped, running)
+	ctx := context.Background()
+	if _, err := h.sup.StopComponent(ctx, stopped); err != nil {
+		t.Fatalf("StopComponent: %v", err)
+	}
+	waitFor(t, direct, stopped, func(c health.Component) bool { return c.Status == health.StatusStopped && c.Held })
+
+	// The reply held is the tick's read of the host records (after its
+	// read of the control hash): the record was there.
+	control, hostKey := direct.Keys().Control(), direct.Keys().Host(h.cfg.Host)
+	var mu sync.Mutex
+	afterControl := false
+	held, release := sup.HoldReply(func(args []string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(args) != 2 || !strings.EqualFold(args[0], "HGETALL") {
+			return false
+		}
+		if args[1] == control {
+			afterControl = true
+		}
+		return afterControl && args[1] == hostKey
+	})
+	defer release()
+	select {
+	case <-held: // a tick renewed the leases and read the hosts, this host among them
+	case <-time.After(waitTimeout):
+		t.Fatal("no tick read the control hash")
+	}
+	heldAt := time.Now()
+	keys := direct.Keys()
+	var lost []string
+	for _, id := range []health.ComponentID{stopped, running} {
+		lost = append(lost, keys.Component(id), keys.Slot(id), keys.Heartbeat(id), keys.Restarts(id), keys.Crashes(id))
+	}
+	if err := direct.Client().Del(ctx, lost...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The running worker's heartbeat writes its record again, with no
+	// instance: what the supervisor must replace.
+	waitFor(t, direct, running, func(c health.Component) bool { return c.Status != health.StatusNone })
+	// The tick is held for most of a lease: its write of the host record
+	// comes after it, and the next tick's renewal more than a lease after
+	// this tick's.
+	<-time.After(time.Until(heldAt.Add(lease * 9 / 10))) // the hold's length is the test's input
+	release()
+
+	c := waitFor(t, direct, running, func(c health.Component) bool { return c.Instance != "" })
+	if c.Status != health.StatusHealthy || c.Host != h.cfg.Host {
+		t.Errorf("the running worker's record after the loss: %s, want healthy, written by its host", describe(c))
+	}
+	c = waitFor(t, direct, stopped, func(c health.Component) bool { return c.Status != health.StatusNone })
+	if c.Status != health.StatusStopped || !c.Held || c.Instance == "" {
+		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
+	}
+	if !strings.Contains(h.logs.String(), "taken again") {
+		t.Error("no lease was taken again: the schedule did not make the loss look like a lapse")
+	}
+}

@@ -203,6 +203,46 @@ func (s *Supervisor) dataLost(why string) {
 	s.rewriteState(why, false)
 }
 
+// recordLost says whether stored, w's record as read from Redis, was lost
+// (gone, or re-created by w's own worker's heartbeat), and whether another
+// instance or process has written it since (not ours to write over).
+func recordLost(w *worker, stored health.Component) (lost, taken bool) {
+	// A record with no instance while ours has one was re-created by a
+	// worker's heartbeat on an empty Redis: by ours, it lacks the restart
+	// history and everything else only the supervisor knows; by another
+	// process (another host's worker for the slot), it is not ours to
+	// write over: our worker exits as stale, and the lease decides who runs
+	// the slot (fault explorer E17).
+	recreated := stored.Instance == "" && w.rec.Instance != ""
+	byOther := recreated && stored.PID != 0 && stored.PID != w.rec.PID
+	lost = stored.Status == health.StatusNone || recreated && !byOther
+	taken = stored.Instance != "" && stored.Instance != w.rec.Instance || byOther
+	return lost, taken
+}
+
+// recordsLost reads the records of ws, whose slot leases this tick took
+// again after a lapse, and says whether Redis lost one (recordLost).
+func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error) {
+	var ids []health.ComponentID
+	var rw []*worker
+	for _, w := range ws {
+		if s.workers[w.id] == w && legal(evRewrite, w.state) {
+			ids, rw = append(ids, w.id), append(rw, w)
+		}
+	}
+	stored, err := s.store.GetMany(ctx, ids)
+	if err != nil {
+		return false, fmt.Errorf("read the records of lapsed leases: %w", err)
+	}
+	for i, w := range rw {
+		if lost, taken := recordLost(w, stored[i]); lost && !taken {
+			s.logw(w).Warn("its record was lost while its lease lapsed", "stored_status", stored[i].Status, "stored_instance", stored[i].Instance)
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // rewriteState writes every record that changed while it could not be
 // written, or that Redis lost (gone, or re-created by the worker's own
 // heartbeat without what only the supervisor knows), requeues the tasks
@@ -240,16 +280,7 @@ func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 		if beaten(stored[i].Status) && w.rec.Status == health.StatusStarting && stored[i].PID == w.rec.PID {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, stored[i].HealthySince
 		}
-		// A record with no instance while ours has one was re-created by
-		// a worker's heartbeat on an empty Redis: by ours, it lacks the
-		// restart history and everything else only the supervisor knows;
-		// by another process (another host's worker for the slot), it is
-		// not ours to write over: our worker exits as stale, and the
-		// lease decides who runs the slot (fault explorer E17).
-		recreated := stored[i].Instance == "" && w.rec.Instance != ""
-		byOther := recreated && stored[i].PID != 0 && stored[i].PID != w.rec.PID
-		lost := stored[i].Status == health.StatusNone || recreated && !byOther
-		taken := stored[i].Instance != "" && stored[i].Instance != w.rec.Instance || byOther
+		lost, taken := recordLost(w, stored[i])
 		if (w.dirty || lost) && !taken {
 			ctx, cancel := s.opCtx()
 			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: true, Index: true, Owner: s.cluster.me})

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
@@ -106,16 +107,33 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	// write of its own record, which that write re-created, hid the loss
 	// from the next tick; the record of a worker an operator had stopped
 	// was gone for good).
-	lostLease := s.cluster.leaseLost
-	s.cluster.leaseLost = false
-	if !first && (lostLease || !listed(ctl.hosts, s.cfg.Host)) {
+	//
+	// A lease taken again after a lapse says nothing either way: Redis may
+	// have lost its data meanwhile, which this host's record, written again
+	// since, does not show (E57: a tick slow for most of a lease, and the
+	// data lost in it after its read of the hosts). The records of those
+	// slots are read: one gone, or re-created by the worker's heartbeat, is
+	// lost data.
+	lostLease, lapsed := s.cluster.leaseLost, s.cluster.lapsed
+	s.cluster.leaseLost, s.cluster.lapsed = false, nil
+	listedHere := listed(ctl.hosts, s.cfg.Host)
+	lostRecord := false
+	if !first && !lostLease && listedHere && len(lapsed) > 0 {
+		if lostRecord, err = s.recordsLost(ctx, lapsed); err != nil {
+			return err
+		}
+	}
+	if !first && (lostLease || lostRecord || !listedHere) {
 		why := "state written again after Redis lost its data"
-		if lostLease {
+		switch {
+		case lostLease:
 			s.log.Warn("a slot lease was gone before it could expire: Redis lost its data; writing the state again")
-		} else if time.Since(s.cluster.hostWritten) >= s.cfg.Lease {
+		case lostRecord:
+			s.log.Warn("a slot lease lapsed and a worker's record was lost meanwhile: Redis lost its data; writing the state again")
+		case time.Since(s.cluster.hostWritten) >= s.cfg.Lease:
 			s.log.Info("this host's record expired while Redis did not take it, or Redis lost it; writing the state again")
 			why = "state written again after this host's record expired or was lost"
-		} else {
+		default:
 			s.log.Warn("this host's record is gone from Redis: it lost its data; writing the state again")
 		}
 		s.cluster.scanNext = true // the free set went with the rest
@@ -184,8 +202,12 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 			s.logw(w).Warn("slot lease was gone: taken again", "last_held", sent.Sub(w.heldAt).Round(time.Millisecond))
 			// Renewed at heldAt, it would expire a lease after that at the
 			// earliest: gone sooner, Redis lost it (and whatever else).
+			// Renewed more than a lease ago, it may have lapsed, and Redis
+			// may have lost its data meanwhile: the tick reads its record.
 			if !w.heldAt.IsZero() && !s.leaseStale(w) {
 				s.cluster.leaseLost = true
+			} else if !slices.Contains(s.cluster.lapsed, w) {
+				s.cluster.lapsed = append(s.cluster.lapsed, w)
 			}
 			w.heldAt, w.heldSince = sent, sent
 		default:
