@@ -383,8 +383,8 @@ func crashedInBackoff(t *testing.T) (h *harness, id health.ComponentID, before, 
 
 // TestDataLossBeforeALateRenewal: fault explorer E57 (seed 150168, CI's
 // replay, six seeds at a time). Redis lost its data while a tick was slow
-// (there: spawning workers on a loaded machine; here: its read of the
-// control hash held) after the tick had read the hosts; the tick's write
+// (there, most likely: spawning workers on a loaded machine; here: its
+// read of the host records held) after the tick had read the hosts; the tick's write
 // of its host record re-created it, so the next tick found the record
 // there (E30), and only the slots' leases gone. That renewal came more than
 // a lease after the last one, so the leases could have lapsed: it took
@@ -433,7 +433,7 @@ func TestDataLossBeforeALateRenewal(t *testing.T) {
 	select {
 	case <-held: // a tick renewed the leases and read the hosts, this host among them
 	case <-time.After(waitTimeout):
-		t.Fatal("no tick read the control hash")
+		t.Fatal("no tick read the host records")
 	}
 	heldAt := time.Now()
 	keys := direct.Keys()
@@ -461,7 +461,7 @@ func TestDataLossBeforeALateRenewal(t *testing.T) {
 	if c.Status != health.StatusStopped || !c.Held || c.Instance == "" {
 		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
 	}
-	if !strings.Contains(h.logs.String(), "taken again") {
-		t.Error("no lease was taken again: the schedule did not make the loss look like a lapse")
+	if !strings.Contains(h.logs.String(), "its record was lost while its lease lapsed") {
+		t.Error("no lapsed lease's record was found lost: the schedule did not make the loss look like a lapse")
 	}
 }

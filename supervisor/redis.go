@@ -179,8 +179,10 @@ func (s *Supervisor) onRedisUp() {
 }
 
 // dataLost answers Redis having lost its data with no failed call seen
-// (noticed by this host's record gone at a tick, or a worker's key and
-// record gone at its heartbeat deadline): the configured pool sizes (if
+// (noticed at a tick by this host's record gone, a slot lease gone before
+// it could expire, or the record of a slot whose lease lapsed gone or
+// re-created by its heartbeat; or by a worker's key and record gone at
+// its heartbeat deadline): the configured pool sizes (if
 // lost: see applyPoolSizes), the host record and every record gone are
 // written again, every worker gets a TTL of grace. Nothing is killed for
 // it.
@@ -226,7 +228,9 @@ func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error
 	var ids []health.ComponentID
 	var rw []*worker
 	for _, w := range ws {
-		if s.workers[w.id] == w && legal(evRewrite, w.state) {
+		// A worker with no record of its own yet (waiting for an earlier
+		// instance's process, after the loss of that record) has none to lose.
+		if s.workers[w.id] == w && legal(evRewrite, w.state) && w.rec.Status != health.StatusNone {
 			ids, rw = append(ids, w.id), append(rw, w)
 		}
 	}

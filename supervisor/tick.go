@@ -120,6 +120,7 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	lostRecord := false
 	if !first && !lostLease && listedHere && len(lapsed) > 0 {
 		if lostRecord, err = s.recordsLost(ctx, lapsed); err != nil {
+			s.cluster.lapsed = lapsed // read at the next tick (the leases are held again by then)
 			return err
 		}
 	}
@@ -206,7 +207,7 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 			// may have lost its data meanwhile: the tick reads its record.
 			if !w.heldAt.IsZero() && !s.leaseStale(w) {
 				s.cluster.leaseLost = true
-			} else if !slices.Contains(s.cluster.lapsed, w) {
+			} else if !s.shuttingDown && !slices.Contains(s.cluster.lapsed, w) {
 				s.cluster.lapsed = append(s.cluster.lapsed, w)
 			}
 			w.heldAt, w.heldSince = sent, sent
