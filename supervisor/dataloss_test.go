@@ -229,14 +229,8 @@ func TestDataLossDuringAStallLongerThanTheLease(t *testing.T) {
 		Lease:     time.Second,
 		OpTimeout: 3 * time.Second, // the stall fails no call
 	})
-	stopped, running := health.ComponentID{Queue: "q", Slot: 0}, health.ComponentID{Queue: "q", Slot: 1}
-	h.start()
-	h.waitHealthy(stopped, running)
+	stopped, running := stoppedBesideRunning(t, h, direct)
 	ctx := context.Background()
-	if _, err := h.sup.StopComponent(ctx, stopped); err != nil {
-		t.Fatalf("StopComponent: %v", err)
-	}
-	waitFor(t, direct, stopped, func(c health.Component) bool { return c.Status == health.StatusStopped && c.Held })
 
 	p.Stall(true)
 	keys := direct.Keys()
@@ -250,10 +244,7 @@ func TestDataLossDuringAStallLongerThanTheLease(t *testing.T) {
 	<-time.After(h.cfg.Lease + h.cfg.Lease/2) // the stall's length is the test's input
 	p.Stall(false)
 
-	c := waitFor(t, direct, stopped, func(c health.Component) bool { return c.Status != health.StatusNone })
-	if c.Status != health.StatusStopped || !c.Held || c.Instance == "" {
-		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
-	}
+	stoppedRestored(t, direct, stopped)
 	waitFor(t, direct, running, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.Instance != "" })
 }
 
@@ -337,29 +328,17 @@ func TestDataLossThatLeavesTheHostRecord(t *testing.T) {
 		Policy: longBackoff,
 		Lease:  3 * time.Second, // a tick a second: the leases are gone well before they could expire
 	})
-	stopped, running := health.ComponentID{Queue: "q", Slot: 0}, health.ComponentID{Queue: "q", Slot: 1}
-	h.start()
-	h.waitHealthy(stopped, running)
+	stopped, running := stoppedBesideRunning(t, h, h.store)
 	ctx := context.Background()
-	if _, err := h.sup.StopComponent(ctx, stopped); err != nil {
-		t.Fatalf("StopComponent: %v", err)
-	}
-	h.waitFor(stopped, func(c health.Component) bool { return c.Status == health.StatusStopped && c.Held })
 
 	// What a FLUSHALL leaves once this host's tick has written its own
 	// record again: nothing else of the slots.
 	keys := h.store.Keys()
-	var lost []string
-	for _, id := range []health.ComponentID{stopped, running} {
-		lost = append(lost, keys.Component(id), keys.Slot(id), keys.Heartbeat(id), keys.Restarts(id), keys.Crashes(id))
-	}
+	lost := slotKeys(keys, stopped, running)
 	if err := h.rdb.Del(ctx, lost...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := h.waitFor(stopped, func(c health.Component) bool { return c.Status != health.StatusNone })
-	if c.Status != health.StatusStopped || !c.Held || c.Instance == "" {
-		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
-	}
+	stoppedRestored(t, h.store, stopped)
 	h.waitFor(running, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.Instance != "" })
 }
 
@@ -404,14 +383,8 @@ func TestDataLossBeforeALateRenewal(t *testing.T) {
 		Heartbeat: stallBeat,
 		OpTimeout: stallOpTimeout, // the held read fails no call
 	})
-	stopped, running := health.ComponentID{Queue: "q", Slot: 0}, health.ComponentID{Queue: "q", Slot: 1}
-	h.start()
-	h.waitHealthy(stopped, running)
+	stopped, running := stoppedBesideRunning(t, h, direct)
 	ctx := context.Background()
-	if _, err := h.sup.StopComponent(ctx, stopped); err != nil {
-		t.Fatalf("StopComponent: %v", err)
-	}
-	waitFor(t, direct, stopped, func(c health.Component) bool { return c.Status == health.StatusStopped && c.Held })
 
 	// The reply held is the tick's read of the host records (after its
 	// read of the control hash): the record was there.
@@ -437,10 +410,7 @@ func TestDataLossBeforeALateRenewal(t *testing.T) {
 	}
 	heldAt := time.Now()
 	keys := direct.Keys()
-	var lost []string
-	for _, id := range []health.ComponentID{stopped, running} {
-		lost = append(lost, keys.Component(id), keys.Slot(id), keys.Heartbeat(id), keys.Restarts(id), keys.Crashes(id))
-	}
+	lost := slotKeys(keys, stopped, running)
 	if err := direct.Client().Del(ctx, lost...).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -457,11 +427,43 @@ func TestDataLossBeforeALateRenewal(t *testing.T) {
 	if c.Status != health.StatusHealthy || c.Host != h.cfg.Host {
 		t.Errorf("the running worker's record after the loss: %s, want healthy, written by its host", describe(c))
 	}
-	c = waitFor(t, direct, stopped, func(c health.Component) bool { return c.Status != health.StatusNone })
-	if c.Status != health.StatusStopped || !c.Held || c.Instance == "" {
-		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
-	}
+	stoppedRestored(t, direct, stopped)
 	if !strings.Contains(h.logs.String(), "its record was lost while its lease lapsed") {
 		t.Error("no lapsed lease's record was found lost: the schedule did not make the loss look like a lapse")
+	}
+}
+
+// stoppedBesideRunning starts h's pool q of two workers and has an
+// operator stop the first: it returns the stopped (held) and the running
+// slot, read from store.
+func stoppedBesideRunning(t *testing.T, h *harness, store *health.Store) (stopped, running health.ComponentID) {
+	t.Helper()
+	stopped, running = health.ComponentID{Queue: "q", Slot: 0}, health.ComponentID{Queue: "q", Slot: 1}
+	h.start()
+	h.waitHealthy(stopped, running)
+	if _, err := h.sup.StopComponent(context.Background(), stopped); err != nil {
+		t.Fatalf("StopComponent: %v", err)
+	}
+	waitFor(t, store, stopped, func(c health.Component) bool { return c.Status == health.StatusStopped && c.Held })
+	return stopped, running
+}
+
+// slotKeys lists every key of the slots ids but the host's: what a
+// FLUSHALL takes of them once the host has written its record again.
+func slotKeys(keys health.Keys, ids ...health.ComponentID) []string {
+	var out []string
+	for _, id := range ids {
+		out = append(out, keys.Component(id), keys.Slot(id), keys.Heartbeat(id), keys.Restarts(id), keys.Crashes(id))
+	}
+	return out
+}
+
+// stoppedRestored waits until the record of stopped, which Redis lost, is
+// back, and says it must be stopped and held, written by its host.
+func stoppedRestored(t *testing.T, store *health.Store, stopped health.ComponentID) {
+	t.Helper()
+	c := waitFor(t, store, stopped, func(c health.Component) bool { return c.Status != health.StatusNone })
+	if c.Status != health.StatusStopped || !c.Held || c.Instance == "" {
+		t.Errorf("the stopped worker's record after the loss: %s, want stopped and held, written by its host", describe(c))
 	}
 }
