@@ -91,6 +91,13 @@ func boundCalls(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, perCallKey{}, d)
 }
 
+// budgetCtx is parent bounded by n op_timeouts in all, each of its calls
+// by one op_timeout of its own (boundCalls): a tick, a recovery, a probe.
+func (s *Supervisor) budgetCtx(parent context.Context, n int) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, time.Duration(n)*s.cfg.OpTimeout)
+	return boundCalls(ctx, s.cfg.OpTimeout), cancel
+}
+
 // perCall applies the deadline boundCalls asked for, if any.
 func perCall(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Value(perCallKey{}).(time.Duration); ok && d > 0 {

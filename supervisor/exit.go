@@ -402,8 +402,8 @@ func (s *Supervisor) recoverPID(d deadPID, reason string) {
 	// again when it "came back" and failed again, and the dead worker's
 	// task stayed active (fault explorer E56, TestRecoveryCompletesOnASlowLink).
 	calls := s.stepCalls()
-	ctx, cancel := context.WithTimeout(calls.with(context.Background()), recoverBudget*s.cfg.OpTimeout)
-	n, err := s.cfg.Recoverer.Recover(boundCalls(ctx, s.cfg.OpTimeout), d.id, d.pid, d.crashed)
+	ctx, cancel := s.budgetCtx(calls.with(context.Background()), recoverBudget)
+	n, err := s.cfg.Recoverer.Recover(ctx, d.id, d.pid, d.crashed)
 	cancel()
 	s.waited(calls)
 	if err != nil {

@@ -99,8 +99,7 @@ func (s *Supervisor) probeRedis() {
 		// round trips. One op_timeout for them all never found a Redis
 		// back whose round trip took half of it: the first call after an
 		// outage takes two (go-redis tries again on a new connection) (E56).
-		ctx, cancel := context.WithTimeout(s.over, probeBudget*s.cfg.OpTimeout)
-		ctx = boundCalls(ctx, s.cfg.OpTimeout)
+		ctx, cancel := s.budgetCtx(s.over, probeBudget)
 		err := pingAll(ctx, s.store.Client())
 		if err == nil {
 			err = s.probeWrite(ctx)

@@ -53,13 +53,12 @@ func (s *Supervisor) tick(first bool) {
 	//
 	// Each call has op_timeout of its own within the budget (boundCalls):
 	// a Stop that cancels the tick waits for the call in flight only (E44).
-	base, budget := context.Background(), s.cfg.OpTimeout
+	base, budget := context.Background(), 1
 	if !s.shuttingDown {
-		base, budget = s.leaving, 5*s.cfg.OpTimeout
+		base, budget = s.leaving, 5
 	}
-	ctx, cancel := context.WithTimeout(base, budget)
+	ctx, cancel := s.budgetCtx(base, budget)
 	defer cancel()
-	ctx = boundCalls(ctx, s.cfg.OpTimeout)
 	var err error
 	if s.shuttingDown {
 		err = s.renewAndFence(ctx)
