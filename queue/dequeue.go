@@ -77,6 +77,26 @@ func (h *redisHook) putCrashes(id string, n crashRecord) {
 	h.crashes[id] = n
 }
 
+// markToxic notes that task id was given the toxic verdict: its archive is
+// written with its crash counters' delete (toxicArchive).
+func (h *redisHook) markToxic(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.toxic == nil || len(h.toxic) >= maxCrashEntries {
+		h.toxic = map[string]struct{}{} // a lost mark costs a counter left behind, not a run
+	}
+	h.toxic[id] = struct{}{}
+}
+
+// takeToxic reports, once, whether task id was marked toxic.
+func (h *redisHook) takeToxic(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.toxic[id]
+	delete(h.toxic, id)
+	return ok
+}
+
 // noRetry makes go-redis send a command once: after a lost reply it must
 // not run again (the dequeue would take a second task; an outcome is
 // kept rather than repeated blindly).

@@ -72,6 +72,7 @@ type redisHook struct {
 
 	mu      sync.Mutex
 	crashes map[string]crashRecord // task id → crash counters read at dequeue, until the middleware takes them
+	toxic   map[string]struct{}    // task ids given the toxic verdict, until their outcome is written (outcome.go)
 }
 
 func newRedisHook(keys health.Keys, id health.ComponentID, pid int, log *slog.Logger, m *Metrics, c clock.Clock,

@@ -138,9 +138,11 @@ func (w *worker) event(j *job, state JobState) JobEvent {
 
 // toxic archives a task that crashed its worker too often, without
 // running it: asynq archives on the SkipRetry the error carries, with the
-// error's text as LastErr (which keeps the count). The crash counter is
-// deleted: an operator who runs the archived task again gets a run, not
-// the same verdict at once.
+// error's text as LastErr (which keeps the count). The crash counters are
+// deleted by the archive itself (the hook sends toxicArchive for a task
+// marked here): an operator who runs the archived task again gets a run,
+// not the same verdict at once, and a worker killed before its archive is
+// written leaves them for the next dequeue's verdict (E58).
 func (w *worker) toxic(ctx context.Context, j *job) error {
 	terr := toxicError(j.crashes)
 	w.metrics.ToxicJobs.Add(1)
@@ -149,9 +151,9 @@ func (w *worker) toxic(ctx context.Context, j *job) error {
 	ev := w.event(j, StateToxic)
 	ev.Error, ev.Final = terr.Error(), true
 	w.write(ctx, j, "toxic", func(ctx context.Context, pipe redis.Pipeliner) {
-		pipe.Del(ctx, w.store.Keys().JobCrashes(w.q, j.id), w.store.Keys().JobSoloCrashes(w.q, j.id))
 		jobEvents(ctx, w.store, pipe, w.clock.Now(), ev)
 	})
+	w.hook.markToxic(j.id)
 	return terr
 }
 

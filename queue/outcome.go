@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
 )
 
 // outcome sends one of asynq's outcome writes (done, complete, retry,
@@ -24,6 +26,7 @@ func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	script := outcomeScripts[scriptSHA(cmd.Name(), args)]
 	n := args[2].(int) // recognize checked it
 	id, _ := args[3+n].(string)
+	toxic := h.takeToxic(id)
 	if script.name == "requeue" && h.handBack != nil && !h.handBack(id) {
 		// Its handler is still inside: not handed back (handback.go). The
 		// task stays active and held under this process; the supervisor
@@ -44,8 +47,31 @@ func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		c.SetVal("OK")
 		return nil
 	}
+	keys := make([]string, n, n+2)
+	for i, k := range args[3 : 3+n] {
+		keys[i], _ = k.(string)
+	}
+	argv := args[3+n:]
+	sent := c
+	if toxic && script.name == "archive" {
+		// The toxic verdict's archive deletes the crash counters with it
+		// (toxicArchive, E58), sent with EVAL: it is rare, and a NOSCRIPT
+		// would send asynq's own script again, without the delete.
+		script = toxicArchive
+		keys = append(keys, h.jobPfx+id+health.JobCrashesSuffix, h.jobPfx+id+health.JobSoloCrashesSuffix)
+		eargs := make([]any, 0, 3+len(keys)+len(argv))
+		eargs = append(eargs, "eval", script.src, len(keys))
+		for _, k := range keys {
+			eargs = append(eargs, k)
+		}
+		sent = redis.NewCmd(ctx, append(eargs, argv...)...)
+	}
 	start := h.clock.Now()
-	err := next(ctx, noRetry{c})
+	err := next(ctx, noRetry{sent})
+	if sent != c {
+		c.SetVal(sent.Val())
+		c.SetErr(sent.Err())
+	}
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return err // go-redis's Script.Run sends it again with EVAL, which comes back here
 	}
@@ -55,11 +81,7 @@ func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		h.held.resolve(id)
 		return err
 	}
-	keys := make([]string, n)
-	for i, k := range args[3 : 3+n] {
-		keys[i], _ = k.(string)
-	}
-	h.kept.keep(keptOutcome{id: id, script: script, keys: keys, args: append([]any(nil), args[3+n:]...), since: h.clock.Now(),
+	h.kept.keep(keptOutcome{id: id, script: script, keys: keys, args: append([]any(nil), argv...), since: h.clock.Now(),
 		run: h.held.runOf(id)})
 	h.held.resolve(id)
 	h.link.poke()

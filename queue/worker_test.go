@@ -231,6 +231,100 @@ func TestToxicTaskIsArchivedWithoutRunning(t *testing.T) {
 	}
 }
 
+// TestToxicCountersOutliveALostArchive (fault explorer E58): a task is
+// given the toxic verdict, and its worker is cut from Redis before asynq's
+// archive reaches it. Invariant 7: a task runs at most job_crash_retries+1
+// times. So its crash counters stay until the archive is written, and go
+// with it:
+//   - the worker dies there: the supervisor's recovery puts the task back,
+//     and a replacement's dequeue archives it without running it. Before,
+//     the verdict deleted the counters in a write of its own, the task
+//     came back with no crash on record and ran (explorer seed 239727: 4
+//     runs where 2 were allowed);
+//   - Redis comes back: the worker's kept archive is written, and deletes
+//     them (an operator's run of the archived task gets a run, defect 6).
+func TestToxicCountersOutliveALostArchive(t *testing.T) {
+	for _, dies := range []bool{true, false} {
+		name := "the worker dies"
+		if !dies {
+			name = "redis comes back"
+		}
+		t.Run(name, func(t *testing.T) { toxicArchiveLost(t, dies) })
+	}
+}
+
+func toxicArchiveLost(t *testing.T, dies bool) {
+	e := newQEnv(t)
+	cfg := e.config(0)
+	p := e.viaProxy(&cfg)
+	ran := make(chan string, 10)
+	handlers := map[string]asynq.Handler{
+		"job": asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			id, _ := asynq.GetTaskID(ctx)
+			ran <- id
+			return nil
+		}),
+	}
+	e.runWorker(cfg, handlers)
+	ctx := context.Background()
+	keys := e.store.Keys()
+	counters := []string{keys.JobCrashes(e.q, "three"), keys.JobSoloCrashes(e.q, "three")}
+	e.Client.Set(ctx, counters[0], 3, time.Hour)
+	e.Client.Set(ctx, counters[1], 1, time.Hour)
+	taskKey, active := "asynq:{"+e.q+"}:t:three", "asynq:{"+e.q+"}:active"
+	held, release := p.HoldCommand(func(args []string) bool { // the archive: KEYS[1] the task, KEYS[2] active
+		return len(args) > 4 && (strings.EqualFold(args[0], "eval") || strings.EqualFold(args[0], "evalsha")) &&
+			args[3] == taskKey && args[4] == active
+	})
+	defer release()
+	w := e.watch()
+	e.enqueue(e.client(), "job", "", asynq.TaskID("three"))
+	receive(t, held)
+	// The verdict's event went out on another connection while the
+	// archive waits: the counters are still there.
+	w.untilJob("three", queue.StateToxic)
+	if n := e.Client.Exists(ctx, counters...).Val(); n != 2 {
+		t.Fatalf("%d of the 2 crash counters left while the toxic task's archive is not written", n)
+	}
+	p.Refuse(true)
+	p.Cut() // the archive never reaches Redis
+	e.untilLog("task outcome kept")
+	verdicts := cfg.Metrics
+	if dies {
+		// The supervisor, which would see the worker dead, recovers its
+		// task. Back, the worker's kept archive is stale (the task is no
+		// longer active under it), and, its process declared dead, it
+		// takes no task; a replacement's dequeue gives the verdict again.
+		n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(ctx, cfg.Env.Component, os.Getpid(), true)
+		if err != nil || n != 1 {
+			t.Fatalf("recover the task: %d, %v", n, err)
+		}
+		p.Refuse(false)
+		e.untilLog("kept outcome not needed")
+		next := e.config(1)
+		e.runWorker(next, handlers)
+		verdicts = next.Metrics
+	} else {
+		p.Refuse(false)
+		e.untilLog("kept outcome written")
+	}
+	info := waitArchived(t, e, "three")
+	if info.LastErr != "toxic: worker crashed 3 times" {
+		t.Fatalf("archived with LastErr %q", info.LastErr)
+	}
+	select {
+	case id := <-ran:
+		t.Fatalf("the toxic task %s ran", id)
+	default:
+	}
+	if got := verdicts.ToxicJobs.Load(); got != 1 {
+		t.Fatalf("toxic verdicts %d, want 1", got)
+	}
+	if n := e.Client.Exists(ctx, counters...).Val(); n != 0 {
+		t.Fatalf("%d crash counters left after the toxic archive", n)
+	}
+}
+
 func TestShutdownAbortsAndRequeuesWhatOutlastsIt(t *testing.T) {
 	e := newQEnv(t)
 	cfg := e.config(0)

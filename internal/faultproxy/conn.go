@@ -169,6 +169,14 @@ func (c *conn) commands(up net.Conn) {
 			c.close()
 			return
 		}
+		if arm := c.p.takeHold(args); arm != nil {
+			close(arm.done)
+			select {
+			case <-arm.release:
+			case <-c.done:
+				return // never forwarded
+			}
+		}
 		e := pending{kind: pass}
 		if arm := c.p.takeDrop(args); arm != nil {
 			e = pending{kind: drop, arm: arm}

@@ -24,6 +24,7 @@ type Proxy struct {
 	resume  chan struct{} // nil when not stalled; closed when the stall ends
 	delay   time.Duration // added to every round trip (Delay)
 	drop    *dropArm
+	hold    *dropArm // HoldCommand's
 	conns   map[*conn]struct{}
 	counted Stats
 }
@@ -36,6 +37,7 @@ type Stats struct {
 	Cut      int // connections closed by Cut
 	Dropped  int // replies swallowed by DropReply
 	Held     int // replies held by HoldReply
+	HeldCmds int // commands held by HoldCommand
 }
 
 // dropArm is one armed DropReply or HoldReply.
@@ -171,6 +173,36 @@ func (p *Proxy) HoldReply(match func(args []string) bool) (held <-chan struct{},
 	p.drop = a
 	var once sync.Once
 	return a.done, func() { once.Do(func() { close(a.release) }) }
+}
+
+// HoldCommand arms a command that does not arrive: the next client command
+// (on any connection) for which match returns true is held in the proxy,
+// not forwarded, with every later byte of that connection, until release
+// is called; if the connection closes first (Cut, or the client giving
+// up) it never reaches the server, as a command lost with a host cut from
+// Redis just as it sent it. Other connections go on. held is closed once
+// the command is held. Arming again replaces an armed match that has not
+// fired.
+func (p *Proxy) HoldCommand(match func(args []string) bool) (held <-chan struct{}, release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a := &dropArm{match: match, done: make(chan struct{}), release: make(chan struct{})}
+	p.hold = a
+	var once sync.Once
+	return a.done, func() { once.Do(func() { close(a.release) }) }
+}
+
+// takeHold disarms and returns the armed HoldCommand when args match it.
+func (p *Proxy) takeHold(args []string) *dropArm {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil || !p.hold.match(args) {
+		return nil
+	}
+	a := p.hold
+	p.hold = nil
+	p.counted.HeldCmds++
+	return a
 }
 
 // Stats returns the proxy's counts so far.

@@ -310,3 +310,47 @@ func TestHoldReply(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// HoldCommand: the matched command waits in the proxy, other connections
+// go on; released, it runs; cut while held, it never runs.
+func TestHoldCommand(t *testing.T) {
+	w := newWorld(t)
+	c := ctx(t)
+	matchB := func(args []string) bool { return strings.EqualFold(args[0], "INCR") && args[1] == w.key("b") }
+	held, release := w.proxy.HoldCommand(matchB)
+	defer release()
+	got := make(chan error, 1)
+	go func() { got <- w.via.Incr(c, w.key("b")).Err() }()
+	select {
+	case <-held:
+	case <-c.Done():
+		t.Fatal("the command was never held")
+	}
+	if err := w.client(t).Incr(c, w.key("a")).Err(); err != nil {
+		t.Fatalf("another connection while a command is held: %v", err)
+	}
+	if n := w.env.Client.Exists(c, w.key("b")).Val(); n != 0 {
+		t.Fatal("the held command ran")
+	}
+	release()
+	if err := <-got; err != nil {
+		t.Fatalf("the released command: %v", err)
+	}
+	if v := w.env.Client.Get(c, w.key("b")).Val(); v != "1" {
+		t.Fatalf("b = %q after the release, want 1", v)
+	}
+
+	held, _ = w.proxy.HoldCommand(matchB)
+	go func() { got <- w.via.Incr(c, w.key("b")).Err() }()
+	<-held
+	w.proxy.Cut()
+	if err := <-got; err == nil {
+		t.Fatal("a held command whose connection was cut succeeded")
+	}
+	if v := w.env.Client.Get(c, w.key("b")).Val(); v != "1" {
+		t.Fatalf("b = %q: the command cut while held ran", v)
+	}
+	if s := w.proxy.Stats(); s.HeldCmds != 2 || s.Held != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
