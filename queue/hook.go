@@ -26,7 +26,9 @@ import (
 //     moment after Redis refused a write;
 //   - the outcome writes (done, complete, retry, archive, requeue): never
 //     retried blindly either; one Redis did not acknowledge is kept
-//     (kept.go) and asynq told it succeeded;
+//     (kept.go) and asynq told it succeeded; the archive of a task given
+//     the toxic verdict is sent as toxicArchive, which deletes its crash
+//     counters with it (outcome.go);
 //   - asynq's lease extension (leases.go): answered here while Redis is
 //     away, so that asynq does not cancel the running tasks;
 //   - asynq's recoverer's list of expired leases (leases.go): the tasks of

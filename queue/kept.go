@@ -33,7 +33,7 @@ const MaxKeptDefault = 10_000
 //   - keep(o): hold one outcome (the hook calls it); past max the oldest
 //     is dropped, logged and counted (that task runs again).
 //   - flush(ctx): write every kept outcome, each under the owner guard:
-//     asynq's own script runs only if the task is still active and its
+//     asynq's own script (toxicArchive for a toxic task's) runs only if the task is still active and its
 //     owner field names this process. One that no longer is (written by a
 //     reply that was lost, or recovered by someone else) is dropped as
 //     stale. It stops at the first fault and keeps the rest.

@@ -144,6 +144,7 @@ func (w *worker) event(j *job, state JobState) JobEvent {
 // not the same verdict at once, and a worker killed before its archive is
 // written leaves them for the next dequeue's verdict (E58).
 func (w *worker) toxic(ctx context.Context, j *job) error {
+	w.hook.markToxic(j.id) // first: asynq may write the archive as soon as the task's context ends
 	terr := toxicError(j.crashes)
 	w.metrics.ToxicJobs.Add(1)
 	w.log.Error("toxic task archived without running", "task", j.id, "type", j.typ, "crashes", j.crashes,
@@ -153,7 +154,6 @@ func (w *worker) toxic(ctx context.Context, j *job) error {
 	w.write(ctx, j, "toxic", func(ctx context.Context, pipe redis.Pipeliner) {
 		jobEvents(ctx, w.store, pipe, w.clock.Now(), ev)
 	})
-	w.hook.markToxic(j.id)
 	return terr
 }
 

@@ -178,9 +178,10 @@ func (p *Proxy) HoldReply(match func(args []string) bool) (held <-chan struct{},
 // HoldCommand arms a command that does not arrive: the next client command
 // (on any connection) for which match returns true is held in the proxy,
 // not forwarded, with every later byte of that connection, until release
-// is called; if the connection closes first (Cut, or the client giving
-// up) it never reaches the server, as a command lost with a host cut from
-// Redis just as it sent it. Other connections go on. held is closed once
+// is called; if the proxy closes the connection first (Cut, Close) it
+// never reaches the server, as a command lost with a host cut from Redis
+// just as it sent it. (A client that closes its side meanwhile is not
+// noticed: the command is forwarded at the release.) Other connections go on. held is closed once
 // the command is held. Arming again replaces an armed match that has not
 // fired.
 func (p *Proxy) HoldCommand(match func(args []string) bool) (held <-chan struct{}, release func()) {
