@@ -169,10 +169,16 @@ func (p *Proxy) DropReply(match func(args []string) bool) <-chan struct{} {
 func (p *Proxy) HoldReply(match func(args []string) bool) (held <-chan struct{}, release func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	a := &dropArm{match: match, done: make(chan struct{}), release: make(chan struct{})}
+	a, release := heldArm(match)
 	p.drop = a
+	return a.done, release
+}
+
+// heldArm is an arm that waits for its release (HoldReply, HoldCommand).
+func heldArm(match func(args []string) bool) (*dropArm, func()) {
+	a := &dropArm{match: match, done: make(chan struct{}), release: make(chan struct{})}
 	var once sync.Once
-	return a.done, func() { once.Do(func() { close(a.release) }) }
+	return a, func() { once.Do(func() { close(a.release) }) }
 }
 
 // HoldCommand arms a command that does not arrive: the next client command
@@ -181,16 +187,15 @@ func (p *Proxy) HoldReply(match func(args []string) bool) (held <-chan struct{},
 // is called; if the proxy closes the connection first (Cut, Close) it
 // never reaches the server, as a command lost with a host cut from Redis
 // just as it sent it. (A client that closes its side meanwhile is not
-// noticed: the command is forwarded at the release.) Other connections go on. held is closed once
-// the command is held. Arming again replaces an armed match that has not
-// fired.
+// noticed: the command is forwarded at the release.) Other connections go
+// on. held is closed once the command is held. Arming again replaces an
+// armed match that has not fired.
 func (p *Proxy) HoldCommand(match func(args []string) bool) (held <-chan struct{}, release func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	a := &dropArm{match: match, done: make(chan struct{}), release: make(chan struct{})}
+	a, release := heldArm(match)
 	p.hold = a
-	var once sync.Once
-	return a.done, func() { once.Do(func() { close(a.release) }) }
+	return a.done, release
 }
 
 // takeHold disarms and returns the armed HoldCommand when args match it.
