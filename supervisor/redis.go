@@ -222,7 +222,9 @@ func recordLost(w *worker, stored health.Component) (lost, taken bool) {
 }
 
 // recordsLost reads the records of ws, whose slot leases this tick took
-// again after a lapse, and says whether Redis lost one (recordLost).
+// again after a lapse, and says whether Redis lost one (recordLost). A
+// record another host wrote meanwhile is written again from this host's
+// state.
 func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error) {
 	var ids []health.ComponentID
 	var rw []*worker
@@ -238,9 +240,22 @@ func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error
 		return false, fmt.Errorf("read the records of lapsed leases: %w", err)
 	}
 	for i, w := range rw {
-		if lost, taken := recordLost(w, stored[i]); lost && !taken {
+		lost, taken := recordLost(w, stored[i])
+		switch {
+		case lost && !taken:
 			s.logw(w).Warn("its record was lost while its lease lapsed", "stored_status", stored[i].Status, "stored_instance", stored[i].Instance)
 			return true, nil
+		case taken:
+			// Another host held the slot while the lease lapsed, and gave
+			// it up; the lease is this host's again, so the record says
+			// what this host does with the slot (fault explorer E60, seed
+			// 247251: an operator's stop, left under the other host's
+			// "stopped for a rebalance", held the slot with no host to
+			// start it). The slot's restart history went with it.
+			s.logw(w).Warn("its record was another host's while its lease lapsed: written again", "stored_host", stored[i].Host,
+				"stored_status", stored[i].Status, "stored_reason", stored[i].Reason)
+			w.rec.Restarts = stored[i].Restarts
+			_ = s.write(w, health.Write{NoCheck: true, Index: true}) // refused: fenced; failed: written when Redis answers
 		}
 	}
 	return false, nil
@@ -253,9 +268,11 @@ func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error
 // of grace (and restarts its start_timeout: no start is judged by time
 // Redis was away). After an outage (afterOutage) on a Redis Cluster, the
 // grace is its shard's: a TTL from that shard's return (the read below),
-// none for a shard that answered all along. A record another instance wrote since (a host that took
-// the slot over while this one could not reach Redis) is left alone: the
-// write script refuses it and the worker is fenced.
+// none for a shard that answered all along. A record another instance
+// wrote since (a host that took the slot over while this one could not
+// reach Redis) is written again only if the lease is this host's again
+// (that host gave the slot up: fault explorer E60); otherwise it is left
+// alone, and the next renewal fences the worker if the lease is another's.
 func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 	var ids []health.ComponentID
 	for _, id := range s.ids() {
@@ -271,6 +288,27 @@ func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 		s.redisFailed(err)
 		return
 	}
+	// The leases of the slots whose record another instance wrote.
+	var tk []string
+	var tids []health.ComponentID
+	for i, id := range ids {
+		if _, taken := recordLost(s.workers[id], stored[i]); taken {
+			tk, tids = append(tk, s.store.Keys().Slot(id)), append(tids, id)
+		}
+	}
+	ours := map[health.ComponentID]bool{}
+	if len(tk) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout*5)
+		hs, err := s.store.LeaseHolders(ctx, tk)
+		cancel()
+		if err != nil {
+			s.redisFailed(err)
+			return
+		}
+		for i, h := range hs {
+			ours[tids[i]] = h == s.cluster.me
+		}
+	}
 	shs := make([]shard, len(ids))
 	for i, id := range ids {
 		shs[i] = s.shardOf(id)
@@ -284,9 +322,16 @@ func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, stored[i].HealthySince
 		}
 		lost, taken := recordLost(w, stored[i])
-		if (w.dirty || lost) && !taken {
+		write := (w.dirty || lost) && !taken
+		if taken && ours[id] {
+			// Another host's since, and the lease this host's again (that
+			// host gave the slot up): written again, with the slot's
+			// restart history as that host left it (E60).
+			w.rec.Restarts, write = stored[i].Restarts, true
+		}
+		if write {
 			ctx, cancel := s.opCtx()
-			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: true, Index: true, Owner: s.cluster.me})
+			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: !taken, Index: true, Owner: s.cluster.me})
 			cancel()
 			switch {
 			case err == nil:

@@ -254,3 +254,115 @@ func TestSlowTickStepStillJudgesHangs(t *testing.T) {
 		t.Errorf("hung worker: %s, want crashed for heartbeat expired", describe(crashed))
 	}
 }
+
+// TestLostRenewalAfterALapseCountsNoCrash: fault explorer E59 (seed
+// 247078). A renewal sent just before Redis stopped answering timed out,
+// and Redis ran it only after the outage, once the lease had lapsed (and,
+// in the seed, been another host's, whose takeover stopped our process):
+// it took the lease again, and its reply was lost. The next renewal found
+// the lease this host's, and the exit seen during the outage was judged a
+// crash of a hold that looked unbroken: a restart counted with no crash
+// (invariant 5). A lease found this host's after more than a lease without
+// a renewal is now judged as taken again: the exit is not counted.
+func TestLostRenewalAfterALapseCountsNoCrash(t *testing.T) {
+	t.Parallel()
+	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
+		Lease: clusterLease, OpTimeout: 200 * time.Millisecond,
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+	id := ids("q", 1)[0]
+	key := direct.Keys().Slot(id)
+	ctx := context.Background()
+	h.start()
+	before := h.waitHealthy(id)[0]
+	mark := h.logs.mark()
+	sup.Stall(true) // the supervisor's Redis answers nothing (the workers' does)
+	h.logs.wait(t, mark, waitTimeout, "redis unreachable")
+	kill(t, before.PID)
+	h.logs.wait(t, mark, waitTimeout, "component="+id.String(), "worker exited while Redis is away")
+	for deadline := time.Now().Add(4 * clusterLease); ; {
+		n, err := direct.Client().Exists(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not lapse")
+		}
+		<-time.After(10 * time.Millisecond) // polling the lease's expiry, on Redis's clock
+	}
+	// What the renewal Redis ran late did: the lapsed lease is this
+	// host's again, for a client that gave up on the reply.
+	if err := direct.Client().Set(ctx, key, health.LeaseValue(before.Host, before.Instance), clusterLease).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sup.Stall(false)
+	i := h.logs.waitAny(t, mark, waitTimeout, `msg="worker crashed"`, "not counted")
+	if line := h.logs.line(i); !strings.Contains(line, "not counted") {
+		t.Errorf("the exit during the outage was counted: %s", line)
+	}
+	c := h.waitFor(id, func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != before.PID })
+	if c.Restarts.RestartCount != 0 || c.Restarts.LifetimeRestarts != 0 {
+		t.Errorf("%s after the outage: %s, want no restart counted", id, describe(c))
+	}
+}
+
+// TestLapsedLeaseTakenBackRewritesAnotherHostsRecord: fault explorer E60
+// (seed 247251). An operator stopped a worker; its host was then cut from
+// Redis for longer than a lease, and another host took the slot, ran it
+// and gave it up (a rebalance), leaving its own record: stopped for a
+// rebalance, on that host. The first host's renewal took the lapsed lease
+// back, and its worker stayed stopped by the operator under the other
+// host's record: a stopped slot no host would start, whose record said
+// nothing of why (invariant 4). The record is now written again from the
+// lease holder's state.
+func TestLapsedLeaseTakenBackRewritesAnotherHostsRecord(t *testing.T) {
+	t.Parallel()
+	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
+		Lease: clusterLease, OpTimeout: 200 * time.Millisecond,
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+	id := ids("q", 1)[0]
+	key := direct.Keys().Slot(id)
+	ctx := context.Background()
+	h.start()
+	h.waitHealthy(id)
+	stopped, err := h.sup.StopComponent(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := h.logs.mark()
+	sup.Stall(true)
+	h.logs.wait(t, mark, waitTimeout, "redis unreachable")
+	for deadline := time.Now().Add(4 * clusterLease); ; {
+		n, err := direct.Client().Exists(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not lapse")
+		}
+		<-time.After(10 * time.Millisecond) // polling the lease's expiry, on Redis's clock
+	}
+	// Another host held the slot meanwhile and gave it up.
+	other := stopped
+	other.Host, other.Instance, other.Reason, other.PID, other.Held = "h2", "other", "rebalance", 0, false
+	if _, err := direct.Write(ctx, other, health.Write{NoCheck: true}); err != nil {
+		t.Fatal(err)
+	}
+	sup.Stall(false)
+	c := waitFor(t, direct, id, func(c health.Component) bool { return c.Instance == stopped.Instance })
+	if c.Host != stopped.Host || c.Status != health.StatusStopped || c.Reason != stopped.Reason {
+		t.Errorf("%s after the lease was taken back: %s; stopped by the operator: %s", id, describe(c), describe(stopped))
+	}
+	if held, err := direct.LeaseHolders(ctx, []string{key}); err != nil || health.LeaseHost(held[0]) != stopped.Host {
+		t.Errorf("lease of %s: %q, %v; want %s's", id, held, err, stopped.Host)
+	}
+}

@@ -191,7 +191,18 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 	}
 	s.answered(start, s.shardsOf(held)...)
 	for i, w := range held {
-		switch rs[i] {
+		r := rs[i]
+		stale := r == health.LeaseHeld && s.leaseStale(w)
+		if stale {
+			// This host's, but not renewed for a lease: it may have lapsed,
+			// been another host's (whose takeover stopped our process) and
+			// been taken again by a renewal of ours whose reply was lost
+			// (sent before an outage, run by Redis after it: fault explorer
+			// E59, seed 247078, an exit meanwhile counted as a crash). Not
+			// known unbroken: judged as taken again.
+			r = health.LeaseRetaken
+		}
+		switch r {
 		case health.LeaseLost:
 			s.fence(w)
 		case health.LeaseRetaken:
@@ -199,7 +210,11 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 			// longer than a lease) or vanished (Redis lost its data). It
 			// was nobody's for a while and may have been another host's,
 			// whose takeover may have stopped our process (see holdBroken).
-			s.logw(w).Warn("slot lease was gone: taken again", "last_held", sent.Sub(w.heldAt).Round(time.Millisecond))
+			if stale {
+				s.logw(w).Warn("slot lease not renewed for a lease: judged as taken again", "last_held", sent.Sub(w.heldAt).Round(time.Millisecond))
+			} else {
+				s.logw(w).Warn("slot lease was gone: taken again", "last_held", sent.Sub(w.heldAt).Round(time.Millisecond))
+			}
 			// Renewed at heldAt, it would expire a lease after that at the
 			// earliest: gone sooner, Redis lost it (and whatever else).
 			// Renewed more than a lease ago, it may have lapsed, and Redis
