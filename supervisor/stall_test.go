@@ -281,19 +281,7 @@ func TestLostRenewalAfterALapseCountsNoCrash(t *testing.T) {
 	h.logs.wait(t, mark, waitTimeout, "redis unreachable")
 	kill(t, before.PID)
 	h.logs.wait(t, mark, waitTimeout, "component="+id.String(), "worker exited while Redis is away")
-	for deadline := time.Now().Add(4 * clusterLease); ; {
-		n, err := direct.Client().Exists(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the lease did not lapse")
-		}
-		<-time.After(10 * time.Millisecond) // polling the lease's expiry, on Redis's clock
-	}
+	waitLapsed(t, direct, key)
 	// What the renewal Redis ran late did: the lapsed lease is this
 	// host's again, for a client that gave up on the reply.
 	if err := direct.Client().Set(ctx, key, health.LeaseValue(before.Host, before.Instance), clusterLease).Err(); err != nil {
@@ -338,19 +326,7 @@ func TestLapsedLeaseTakenBackRewritesAnotherHostsRecord(t *testing.T) {
 	mark := h.logs.mark()
 	sup.Stall(true)
 	h.logs.wait(t, mark, waitTimeout, "redis unreachable")
-	for deadline := time.Now().Add(4 * clusterLease); ; {
-		n, err := direct.Client().Exists(ctx, key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the lease did not lapse")
-		}
-		<-time.After(10 * time.Millisecond) // polling the lease's expiry, on Redis's clock
-	}
+	waitLapsed(t, direct, key)
 	// Another host held the slot meanwhile and gave it up.
 	other := stopped
 	other.Host, other.Instance, other.Reason, other.PID, other.Held = "h2", "other", "rebalance", 0, false
@@ -364,5 +340,23 @@ func TestLapsedLeaseTakenBackRewritesAnotherHostsRecord(t *testing.T) {
 	}
 	if held, err := direct.LeaseHolders(ctx, []string{key}); err != nil || health.LeaseHost(held[0]) != stopped.Host {
 		t.Errorf("lease of %s: %q, %v; want %s's", id, held, err, stopped.Host)
+	}
+}
+
+// waitLapsed waits until the lease at key has expired (on Redis's clock).
+func waitLapsed(t *testing.T, store *health.Store, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(4 * clusterLease); ; {
+		n, err := store.Client().Exists(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not lapse")
+		}
+		<-time.After(10 * time.Millisecond) // polling the lease's expiry, on Redis's clock
 	}
 }
