@@ -288,11 +288,13 @@ func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 		s.redisFailed(err)
 		return
 	}
-	// The leases of the slots whose record another instance wrote.
+	// Which records Redis lost and which another instance wrote, and the
+	// leases of the latter.
+	lost, taken := make([]bool, len(ids)), make([]bool, len(ids))
 	var tk []string
 	var tids []health.ComponentID
 	for i, id := range ids {
-		if _, taken := recordLost(s.workers[id], stored[i]); taken {
+		if lost[i], taken[i] = recordLost(s.workers[id], stored[i]); taken[i] {
 			tk, tids = append(tk, s.store.Keys().Slot(id)), append(tids, id)
 		}
 	}
@@ -321,9 +323,8 @@ func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 		if beaten(stored[i].Status) && w.rec.Status == health.StatusStarting && stored[i].PID == w.rec.PID {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, stored[i].HealthySince
 		}
-		lost, taken := recordLost(w, stored[i])
-		write := (w.dirty || lost) && !taken
-		if taken && ours[id] {
+		write := (w.dirty || lost[i]) && !taken[i]
+		if taken[i] && ours[id] {
 			// Another host's since, and the lease this host's again (that
 			// host gave the slot up): written again, with the slot's
 			// restart history as that host left it (E60).
@@ -331,7 +332,7 @@ func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 		}
 		if write {
 			ctx, cancel := s.opCtx()
-			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: !taken, Index: true, Owner: s.cluster.me})
+			_, err := s.store.Write(ctx, w.rec, health.Write{NoCheck: true, Restarts: !taken[i], Index: true, Owner: s.cluster.me})
 			cancel()
 			switch {
 			case err == nil:

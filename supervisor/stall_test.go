@@ -266,13 +266,7 @@ func TestSlowTickStepStillJudgesHangs(t *testing.T) {
 // a renewal is now judged as taken again: the exit is not counted.
 func TestLostRenewalAfterALapseCountsNoCrash(t *testing.T) {
 	t.Parallel()
-	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
-		Lease: clusterLease, OpTimeout: 200 * time.Millisecond,
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Policy: shortBackoff,
-	})
-	id := ids("q", 1)[0]
-	key := direct.Keys().Slot(id)
+	h, sup, direct, id, key := lapseHarness(t)
 	ctx := context.Background()
 	h.start()
 	before := h.waitHealthy(id)[0]
@@ -309,13 +303,7 @@ func TestLostRenewalAfterALapseCountsNoCrash(t *testing.T) {
 // lease holder's state.
 func TestLapsedLeaseTakenBackRewritesAnotherHostsRecord(t *testing.T) {
 	t.Parallel()
-	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
-		Lease: clusterLease, OpTimeout: 200 * time.Millisecond,
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Policy: shortBackoff,
-	})
-	id := ids("q", 1)[0]
-	key := direct.Keys().Slot(id)
+	h, sup, direct, id, key := lapseHarness(t)
 	ctx := context.Background()
 	h.start()
 	h.waitHealthy(id)
@@ -359,4 +347,18 @@ func waitLapsed(t *testing.T, store *health.Store, key string) {
 		}
 		<-time.After(10 * time.Millisecond) // polling the lease's expiry, on Redis's clock
 	}
+}
+
+// lapseHarness is one beat worker whose supervisor reaches Redis through
+// a proxy of its own (sup), with a short lease: the tests of a lease that
+// lapses while that proxy stalls. It returns the slot and its lease's key.
+func lapseHarness(t *testing.T) (h *harness, sup *faultproxy.Proxy, direct *health.Store, id health.ComponentID, key string) {
+	t.Helper()
+	h, sup, _, direct = splitProxiedHarness(t, supervisor.Config{
+		Lease: clusterLease, OpTimeout: 200 * time.Millisecond,
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+	})
+	id = ids("q", 1)[0]
+	return h, sup, direct, id, direct.Keys().Slot(id)
 }
