@@ -241,16 +241,20 @@ func (s *Store) LeaseHolders(ctx context.Context, keys []string) ([]string, erro
 
 // Host is a host's record (DESIGN.md §11).
 type Host struct {
-	ID        string    `json:"id"`
-	Instance  string    `json:"instance"`
-	PID       int       `json:"pid"`
-	Hostname  string    `json:"hostname"`
-	Version   string    `json:"version"`
-	Address   string    `json:"address"`
-	Capacity  int       `json:"capacity"`
-	Slots     int       `json:"slots"`
-	Draining  bool      `json:"draining"`
-	Leader    bool      `json:"leader"`
+	ID       string `json:"id"`
+	Instance string `json:"instance"`
+	PID      int    `json:"pid"`
+	Hostname string `json:"hostname"`
+	Version  string `json:"version"`
+	Address  string `json:"address"`
+	Capacity int    `json:"capacity"`
+	Slots    int    `json:"slots"`
+	Draining bool   `json:"draining"`
+	Leader   bool   `json:"leader"`
+	// Queues are the queues whose pools the host runs (the claim step's
+	// watcher of a late host is chosen among the hosts that run its
+	// queues).
+	Queues    []string  `json:"queues,omitempty"`
 	StartedAt time.Time `json:"started_at"`
 	SeenAt    time.Time `json:"seen_at"`
 	Alive     bool      `json:"alive"`
@@ -266,6 +270,7 @@ func (h Host) fields() map[string]string {
 		"version": h.Version, "address": h.Address, "capacity": strconv.Itoa(h.Capacity),
 		"slots": strconv.Itoa(h.Slots), "started_at": ms(h.StartedAt), "seen_at": ms(h.SeenAt),
 		"draining": strconv.FormatBool(h.Draining), "leader": strconv.FormatBool(h.Leader),
+		"queues": strings.Join(h.Queues, ","),
 	}
 }
 
@@ -276,6 +281,9 @@ func hostFromHash(id string, m map[string]string) Host {
 	h.Capacity, _ = strconv.Atoi(m["capacity"])
 	h.Slots, _ = strconv.Atoi(m["slots"])
 	h.Draining, h.Leader = m["draining"] == "true", m["leader"] == "true"
+	if q := m["queues"]; q != "" {
+		h.Queues = strings.Split(q, ",")
+	}
 	return h
 }
 

@@ -22,19 +22,20 @@ type Cluster interface {
 
 // Host is one host of the cluster.
 type Host struct {
-	ID        string `json:"id" example:"box-1" doc:"Host id"`
-	Status    string `json:"status" enum:"alive,lost" example:"alive" doc:"alive while its record's lease holds; lost once it expired"`
-	Instance  string `json:"instance,omitempty" doc:"Random id of the host's current start"`
-	PID       int    `json:"pid,omitempty" example:"4242" doc:"Process id of the supervisor"`
-	Hostname  string `json:"hostname,omitempty" example:"box-1.example.net" doc:"Machine name"`
-	Version   string `json:"version,omitempty" example:"v1.0.0" doc:"Vigil version"`
-	Address   string `json:"address,omitempty" example:"127.0.0.1:8080" doc:"Admin server address"`
-	Capacity  int    `json:"capacity" doc:"Most slots it runs; 0 = no limit"`
-	Slots     int    `json:"slots" doc:"Slots it holds"`
-	Draining  bool   `json:"draining" doc:"Releasing its slots to other hosts"`
-	Leader    bool   `json:"leader" doc:"Runs the cluster-wide chores"`
-	StartedAt int64  `json:"started_at,omitempty" doc:"Start of its current instance (Unix ms)"`
-	SeenAt    int64  `json:"seen_at,omitempty" doc:"Last renewal of its record (Unix ms)"`
+	ID        string   `json:"id" example:"box-1" doc:"Host id"`
+	Status    string   `json:"status" enum:"alive,lost" example:"alive" doc:"alive while its record's lease holds; lost once it expired"`
+	Instance  string   `json:"instance,omitempty" doc:"Random id of the host's current start"`
+	PID       int      `json:"pid,omitempty" example:"4242" doc:"Process id of the supervisor"`
+	Hostname  string   `json:"hostname,omitempty" example:"box-1.example.net" doc:"Machine name"`
+	Version   string   `json:"version,omitempty" example:"v1.0.0" doc:"Vigil version"`
+	Address   string   `json:"address,omitempty" example:"127.0.0.1:8080" doc:"Admin server address"`
+	Capacity  int      `json:"capacity" doc:"Most slots it runs; 0 = no limit"`
+	Slots     int      `json:"slots" doc:"Slots it holds"`
+	Draining  bool     `json:"draining" doc:"Releasing its slots to other hosts"`
+	Leader    bool     `json:"leader" doc:"Runs the cluster-wide chores"`
+	Queues    []string `json:"queues,omitempty" example:"[\"tag\"]" doc:"Queues whose pools it runs"`
+	StartedAt int64    `json:"started_at,omitempty" doc:"Start of its current instance (Unix ms)"`
+	SeenAt    int64    `json:"seen_at,omitempty" doc:"Last renewal of its record (Unix ms)"`
 }
 
 func hostOf(h health.Host) Host {
@@ -44,7 +45,7 @@ func hostOf(h health.Host) Host {
 	}
 	return Host{ID: h.ID, Status: st, Instance: h.Instance, PID: h.PID, Hostname: h.Hostname, Version: h.Version,
 		Address: h.Address, Capacity: h.Capacity, Slots: h.Slots, Draining: h.Draining, Leader: h.Leader,
-		StartedAt: unixMS(h.StartedAt), SeenAt: unixMS(h.SeenAt)}
+		Queues: h.Queues, StartedAt: unixMS(h.StartedAt), SeenAt: unixMS(h.SeenAt)}
 }
 
 // HostList lists the hosts.

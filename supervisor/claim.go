@@ -39,6 +39,8 @@ type share struct {
 // expire or held by a host that is gone, and otherwise at random, once
 // every three ticks across the cluster, as a safety net for a hint lost.
 // The lease scripts decide: the free set is only where to look.
+//
+// A scan that fails is made again at the next tick.
 func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share, error) {
 	var all []health.ComponentID
 	for _, p := range s.cfg.Pools {
@@ -52,6 +54,17 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 	if s.cluster.draining || len(all) == 0 {
 		return p, nil
 	}
+	p, err := s.claimFrom(ctx, ctl, all, p, scan, first)
+	if err != nil && scan {
+		s.cluster.scanNext = true
+	}
+	return p, err
+}
+
+// claimFrom is claim's reading and taking, of all (a scan) or of the free
+// set's members among all.
+func (s *Supervisor) claimFrom(ctx context.Context, ctl control, all []health.ComponentID, p share, scan, first bool) (share, error) {
+	want := p.want
 	cand := all
 	var gone []health.ComponentID // free-set members that are not free
 	if !scan {
@@ -87,33 +100,45 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 	if err != nil {
 		return p, err
 	}
-	// The leases a scan watches expire: those of hosts gone, or whose
+	// The leases watched expire: those of hosts gone, unknown, or whose
 	// record missed a renewal (a live host renews its leases just before
-	// its record, every tick).
-	watched := make(map[string]bool, len(ctl.hosts))
+	// its record, every tick). A scan puts them in the free set before
+	// they expire; a read of the free set keeps them there. Both arm the
+	// next tick for just after they expire, and forget those whose holder
+	// renewed them after all.
+	watching := make(map[string]bool, len(ctl.hosts))
 	for _, h := range ctl.hosts {
-		watched[h.ID] = !h.Alive || h.TTL > 0 && h.TTL < s.cfg.Lease/2
+		watching[h.ID] = !h.Alive || s.late(h)
 	}
 	var free, foreign []int
+	var alive []bool // of foreign: whether its holder is alive (late)
 	for i, h := range holders {
 		switch {
 		case h == "" || (h != s.cluster.me && strings.HasPrefix(h, s.cluster.takeover)):
 			free = append(free, i)
 		case h != s.cluster.me:
-			if !scan {
-				gone = append(gone, cand[i])
-			} else if w, known := watched[health.LeaseHost(h)]; w || !known {
+			if w, known := watching[health.LeaseHost(h)]; w || !known {
 				foreign = append(foreign, i)
-				s.cluster.scanNext = true // watch it expire
+				alive = append(alive, known && listed(ctl.hosts, health.LeaseHost(h)))
+			} else if !scan {
+				gone = append(gone, cand[i])
 			}
 		}
 	}
-	if scan && len(foreign) > 0 {
-		expiring, err := s.watchExpiring(ctx, lk, foreign)
+	var soon []health.ComponentID // watched leases about to expire: shown free ahead
+	if len(foreign) > 0 {
+		renewed, err := s.watchExpiring(ctx, lk, foreign, alive)
 		if err != nil {
 			return p, err
 		}
-		s.cluster.scanNext = s.cluster.scanNext || expiring
+		for j, i := range foreign {
+			switch {
+			case !renewed[j] && scan:
+				soon = append(soon, cand[i])
+			case renewed[j] && !scan:
+				gone = append(gone, cand[i])
+			}
+		}
 	}
 	// Start at a host-specific offset so that hosts starting together
 	// do not race for the same slots.
@@ -179,9 +204,13 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 	if cut && len(left) > 0 {
 		s.cluster.early = time.Millisecond
 	}
-	// What a scan saw free and nobody took is shown to the other hosts.
+	// What a scan saw free and nobody took, or about to be, is shown to
+	// the other hosts.
 	if scan {
-		if err := s.store.MarkFree(ctx, left); err != nil {
+		if err := s.store.MarkFree(ctx, append(left, soon...)); err != nil {
+			return p, err
+		}
+		if err := s.noteWatched(ctx); err != nil {
 			return p, err
 		}
 	}
@@ -189,6 +218,19 @@ func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share,
 		return p, err
 	}
 	return p, nil
+}
+
+// noteWatched writes, once a watcher's scan is done, which late hosts'
+// records it watched (see needScan).
+func (s *Supervisor) noteWatched(ctx context.Context) error {
+	if len(s.cluster.watching) == 0 {
+		return nil
+	}
+	if err := s.store.Client().HSet(ctx, s.store.Keys().Control(), s.cluster.watching).Err(); err != nil {
+		return fmt.Errorf("note the hosts watched: %w", err)
+	}
+	s.cluster.watching = nil
+	return nil
 }
 
 // adoptTaken adopts the slots a claim round took at at, and measures what
@@ -215,42 +257,125 @@ func (s *Supervisor) adoptTaken(ctx context.Context, ids []health.ComponentID, a
 }
 
 // needScan reports whether this tick's claim reads every lease (see
-// claim). A host whose record missed a renewal (less than half a lease
-// left) has likely stopped: its leases, renewed just before its record,
-// expire just before it, so the next tick is armed for just after and
-// scans.
+// claim).
+//
+// A host whose record missed a renewal (less than half a lease left, see
+// late) has likely stopped: its leases, renewed just before its record,
+// expire just before it. One host watches it, the watcher (see watches):
+// it scans at once and puts the late host's slots in the free set ahead of
+// their expiry. Every host arms its next tick for just after the late
+// host's record expires; that tick reads the free set, where it finds them
+// free. The watcher notes in the control hash which record it watched
+// (fieldWatchedPrefix), and a host gone without one noted (the watcher
+// failed too, a loss, an outage) is scanned for by every host: a rare
+// case, paid for once.
+//
+// Lateness is not judged while Redis has answered for less than a tick
+// (every record is late after an outage, the hosts rewrite theirs at the
+// tick right after) nor while this host's own record is late (it is the
+// slow one).
 func (s *Supervisor) needScan(ctl control, first bool) bool {
 	c := &s.cluster
 	scan := first || c.scanNext
 	c.scanNext = false
+	c.watching = nil
 	if sig := sizesSignature(c.sizes); sig != c.scannedSizes {
 		c.scannedSizes = sig
 		scan = true
 	}
+	judge := s.cfg.Clock.Now().Sub(s.redis.answeringSince()) >= s.cfg.Lease/3
+	for _, h := range ctl.hosts {
+		if h.ID == s.cfg.Host && (!h.Alive || h.TTL > 0 && h.TTL < s.cfg.Lease/2) {
+			judge = false
+		}
+	}
+	watcher := s.watches(ctl)
 	alive, live := make(map[string]bool, len(ctl.hosts)), 0
 	for _, h := range ctl.hosts {
 		if !h.Alive {
+			if c.alive[h.ID] && !watched(ctl, h) && ctl.raw[fieldLostPrefix+h.ID] != "stopped" {
+				scan = true // a host gone since the last tick, that nobody watched
+			}
 			continue
 		}
 		alive[h.ID] = true
 		live++
-		if h.ID != s.cfg.Host && h.TTL > 0 && h.TTL < s.cfg.Lease/2 {
-			if d := h.TTL + 50*time.Millisecond; c.early == 0 || d < c.early {
-				c.early = d
+		if !judge || !s.late(h) {
+			continue
+		}
+		if d := h.TTL + 50*time.Millisecond; c.early == 0 || d < c.early {
+			c.early = d
+		}
+		if watcher && !watched(ctl, h) {
+			scan = true
+			if c.watching == nil {
+				c.watching = map[string]string{}
 			}
-			c.scanNext = true
+			c.watching[fieldWatchedPrefix+h.ID] = strconv.FormatInt(h.SeenAt.UnixMilli(), 10)
 		}
 	}
 	for id := range c.alive {
-		if !alive[id] {
-			scan = true // a host gone since the last tick
+		if !slices.ContainsFunc(ctl.hosts, func(h health.Host) bool { return h.ID == id }) {
+			scan = true // a host gone from the list since the last tick (a loss)
 		}
 	}
 	c.alive = alive
 	if !scan && s.cfg.Rand() < 1/float64(3*max(live, 1)) {
 		scan = true
 	}
+	if scan {
+		s.scans.Add(1)
+	}
 	return scan
+}
+
+// late reports whether h is another live host whose record missed a
+// renewal: a live host writes it every third of a lease.
+func (s *Supervisor) late(h health.Host) bool {
+	return h.ID != s.cfg.Host && h.Alive && h.TTL > 0 && h.TTL < s.cfg.Lease/2
+}
+
+// watched reports whether a watcher noted h's record as watched (its
+// leases put in the free set).
+func watched(ctl control, h health.Host) bool {
+	v, ok := ctl.raw[fieldWatchedPrefix+h.ID]
+	return ok && v == strconv.FormatInt(h.SeenAt.UnixMilli(), 10)
+}
+
+// watches reports whether this host is a watcher of late hosts (see
+// needScan): for one of its queues, the leader among the hosts that run
+// that queue, are alive, not late and not draining, or else the lowest-id
+// such host; this host when there is none. A host that runs several
+// queues may watch for some and not others: it scans them all.
+func (s *Supervisor) watches(ctl control) bool {
+	if s.cluster.draining {
+		return false // it claims nothing
+	}
+	for q := range s.cluster.sizes {
+		leader, first := "", ""
+		if s.cluster.leader {
+			leader = s.cfg.Host
+		}
+		for _, h := range ctl.hosts {
+			if h.ID == s.cfg.Host || !h.Alive || s.late(h) || ctl.raw[fieldDrainPrefix+h.ID] == "1" ||
+				!slices.Contains(h.Queues, q) {
+				continue
+			}
+			if h.Leader && (leader == "" || h.ID < leader) {
+				leader = h.ID
+			}
+			if first == "" || h.ID < first {
+				first = h.ID
+			}
+		}
+		if first == "" || s.cfg.Host < first {
+			first = s.cfg.Host
+		}
+		if cmp.Or(leader, first) == s.cfg.Host {
+			return true
+		}
+	}
+	return false
 }
 
 // sizesSignature is the canonical form of pool sizes.
@@ -263,32 +388,39 @@ func sizesSignature(sizes map[string]int) string {
 	return b.String()
 }
 
-// watchExpiring looks at the leases other hosts hold: a live holder renews
-// every third of a lease, so a lease with less than half a lease left has
-// missed a renewal — its host is likely gone. The next tick is then armed
-// for just after it expires (and after the host's record, written a moment
-// after its leases, does), so that the slot is taken over at once rather
-// than up to a third of a lease later. It reports whether it saw one.
-func (s *Supervisor) watchExpiring(ctx context.Context, keys []string, idx []int) (bool, error) {
+// watchExpiring reads the expiry of the leases at keys[idx], held by hosts
+// watched (see claim), alive (late) or not. The next tick is armed for
+// just after the first of them expires, so that its slot is taken over at
+// once rather than up to a third of a lease later. It reports, for each,
+// whether its holder renewed it after all: a live holder renews its leases
+// every third of a lease, so one of a late host with half a lease left or
+// more was renewed since its record missed a renewal. A host gone renews
+// nothing (if it still runs, it writes its record again at its next tick,
+// and its leases are no longer watched).
+func (s *Supervisor) watchExpiring(ctx context.Context, keys []string, idx []int, alive []bool) ([]bool, error) {
 	pipe := s.store.Client().Pipeline()
 	cmds := make([]*redis.DurationCmd, len(idx))
 	for j, i := range idx {
 		cmds[j] = pipe.PTTL(ctx, keys[i])
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("read lease expiries: %w", err)
+		return nil, fmt.Errorf("read lease expiries: %w", err)
 	}
-	seen := false
-	for _, c := range cmds {
-		if ttl := c.Val(); ttl > 0 && ttl < s.cfg.Lease/2 {
-			seen = true
-			d := ttl + 50*time.Millisecond
-			if s.cluster.early == 0 || d < s.cluster.early {
-				s.cluster.early = d
-			}
+	renewed := make([]bool, len(idx))
+	for j, c := range cmds {
+		ttl := c.Val()
+		switch {
+		case ttl == -1 || alive[j] && ttl >= s.cfg.Lease/2: // no expiry: not a lease Vigil wrote
+			renewed[j] = true
+			continue
+		case ttl < 0: // gone since it was read
+			ttl = 0
+		}
+		if d := ttl + 50*time.Millisecond; s.cluster.early == 0 || d < s.cluster.early {
+			s.cluster.early = d
 		}
 	}
-	return seen, nil
+	return renewed, nil
 }
 
 // holding counts the slots this host holds and keeps.

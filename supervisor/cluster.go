@@ -23,6 +23,9 @@ const (
 	fieldPoolsConfig = "pools_config"
 	fieldDrainPrefix = "drain:"
 	fieldLostPrefix  = "lost:"
+	// fieldWatchedPrefix+host is the seen_at (ms) of host's record when a
+	// watcher put its leases in the free set (claim.go).
+	fieldWatchedPrefix = "watched:"
 )
 
 // ErrHostInUse is returned by Start when a live host already has this id.
@@ -38,6 +41,7 @@ type clusterState struct {
 	leader       bool
 	freeSeen     bool               // free slots were left at the previous tick
 	scanNext     bool               // the next claim reads every lease (see needScan)
+	watching     map[string]string  // control fields to write once this tick's scan is done: the late hosts it watched (see needScan)
 	alive        map[string]bool    // hosts alive at the last tick
 	scannedSizes string             // pool sizes at the last tick
 	unreleased   []health.Component // forgotten while Redis did not answer (their last records): released at the next tick
@@ -204,12 +208,22 @@ func (s *Supervisor) writeHost(ctx context.Context, slots int) error {
 	err := s.store.WriteHost(ctx, health.Host{
 		ID: s.cfg.Host, Instance: s.cfg.Instance, PID: os.Getpid(), Hostname: hn, Version: s.cfg.Version,
 		Address: s.cfg.Address, Capacity: s.cfg.Capacity, Slots: slots, Draining: s.cluster.draining,
-		Leader: s.cluster.leader, StartedAt: s.cluster.started, SeenAt: now,
+		Leader: s.cluster.leader, Queues: s.queues(), StartedAt: s.cluster.started, SeenAt: now,
 	}, s.cfg.Lease)
 	if err == nil {
 		s.cluster.hostWritten = sent
 	}
 	return err
+}
+
+// queues lists the queues of this host's pools, sorted.
+func (s *Supervisor) queues() []string {
+	qs := make([]string, 0, len(s.cfg.Pools))
+	for _, p := range s.cfg.Pools {
+		qs = append(qs, p.Queue)
+	}
+	slices.Sort(qs)
+	return slices.Compact(qs)
 }
 
 // hostEvent announces something about this host on its topic.

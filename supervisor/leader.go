@@ -47,6 +47,10 @@ func (s *Supervisor) leaderTick(ctx context.Context, ctl control) error {
 			if _, was := control[f]; was {
 				s.store.Client().HDel(ctx, keys.Control(), f)
 			}
+			// A late host watched that renewed after all (claim.go).
+			if w := fieldWatchedPrefix + h.ID; !s.late(h) && control[w] != "" && !watched(ctl, h) {
+				s.store.Client().HDel(ctx, keys.Control(), w)
+			}
 			continue
 		}
 		if settling {
@@ -55,7 +59,7 @@ func (s *Supervisor) leaderTick(ctx context.Context, ctl control) error {
 		if _, done := control[f]; done {
 			if now.Sub(h.SeenAt) > time.Hour { // forget long-lost hosts
 				s.store.Client().ZRem(ctx, keys.Hosts(), h.ID)
-				s.store.Client().HDel(ctx, keys.Control(), f)
+				s.store.Client().HDel(ctx, keys.Control(), f, fieldWatchedPrefix+h.ID)
 			}
 			continue
 		}

@@ -56,6 +56,8 @@ type Supervisor struct {
 	// illegal counts worker moves the state table does not allow (a bug:
 	// tests fail on any).
 	illegal atomic.Int64
+	// scans counts the claim steps that read every lease (needScan).
+	scans atomic.Int64
 
 	mu       sync.Mutex // guards started, stopping
 	started  bool

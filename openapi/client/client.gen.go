@@ -834,6 +834,11 @@ type Host struct {
 	// Example: 4242
 	Pid *int64 `json:"pid,omitempty"`
 
+	// Queues Queues whose pools it runs
+	//
+	// Example: ["tag"]
+	Queues *[]string `json:"queues,omitempty"`
+
 	// SeenAt Last renewal of its record (Unix ms)
 	SeenAt *int64 `json:"seen_at,omitempty"`
 
