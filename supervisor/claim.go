@@ -33,12 +33,12 @@ type share struct {
 // reads only the free set (Keys.Free: slots released, or seen free by a
 // scan and not taken), then the leases of its members. All of them are
 // read (a scan) when slots may have come free unseen: at the first tick,
-// when pool sizes change, after a data loss, when a host's record is gone
-// or missed a renewal (its leases expire with it: the tick is armed for
-// just after, see needScan), while the last scan saw leases about to
-// expire or held by a host that is gone, and otherwise at random, once
-// every three ticks across the cluster, as a safety net for a hint lost.
-// The lease scripts decide: the free set is only where to look.
+// when pool sizes change, after a data loss, by the one host that watches
+// a host whose record missed a renewal (it shows that host's slots free
+// ahead of their expiry, see needScan), by every host when a host is gone
+// that nobody watched, and otherwise at random, once every three ticks
+// across the cluster, as a safety net for a hint lost. The lease scripts
+// decide: the free set is only where to look.
 //
 // A scan that fails is made again at the next tick.
 func (s *Supervisor) claim(ctx context.Context, ctl control, first bool) (share, error) {
@@ -101,25 +101,38 @@ func (s *Supervisor) claimFrom(ctx context.Context, ctl control, all []health.Co
 		return p, err
 	}
 	// The leases watched expire: those of hosts gone, unknown, or whose
-	// record missed a renewal (a live host renews its leases just before
-	// its record, every tick). A scan puts them in the free set before
-	// they expire; a read of the free set keeps them there. Both arm the
-	// next tick for just after they expire, and forget those whose holder
-	// renewed them after all.
-	watching := make(map[string]bool, len(ctl.hosts))
+	// record missed a renewal. A scan puts them in the free set before
+	// they expire (see needScan), and a read of the free set keeps them
+	// there while their holder's record is not fresh (written within the
+	// last third of a lease, as a live host does at every tick): a view of
+	// the hosts read a moment before a watcher judged the holder late must
+	// not drop its hint. Their expiry is no sign of life: a host renews its
+	// leases at a tick's start and writes its record at its end, and one
+	// that died in between leaves leases fresher than its record. Both arm
+	// the next tick for just after the first of them expires.
+	recLeft := make(map[string]time.Duration, len(ctl.hosts)) // of each host's record; -1: gone
 	for _, h := range ctl.hosts {
-		watching[h.ID] = !h.Alive || s.late(h)
+		switch {
+		case !h.Alive:
+			recLeft[h.ID] = -1
+		case h.TTL > 0:
+			recLeft[h.ID] = h.TTL
+		default:
+			recLeft[h.ID] = s.cfg.Lease
+		}
+	}
+	within := s.cfg.Lease / 2 // late
+	if !scan {
+		within = 2 * s.cfg.Lease / 3 // not fresh
 	}
 	var free, foreign []int
-	var alive []bool // of foreign: whether its holder is alive (late)
 	for i, h := range holders {
 		switch {
 		case h == "" || (h != s.cluster.me && strings.HasPrefix(h, s.cluster.takeover)):
 			free = append(free, i)
 		case h != s.cluster.me:
-			if w, known := watching[health.LeaseHost(h)]; w || !known {
+			if t, known := recLeft[health.LeaseHost(h)]; !known || t < within {
 				foreign = append(foreign, i)
-				alive = append(alive, known && listed(ctl.hosts, health.LeaseHost(h)))
 			} else if !scan {
 				gone = append(gone, cand[i])
 			}
@@ -127,15 +140,15 @@ func (s *Supervisor) claimFrom(ctx context.Context, ctl control, all []health.Co
 	}
 	var soon []health.ComponentID // watched leases about to expire: shown free ahead
 	if len(foreign) > 0 {
-		renewed, err := s.watchExpiring(ctx, lk, foreign, alive)
+		lasting, err := s.watchExpiring(ctx, lk, foreign)
 		if err != nil {
 			return p, err
 		}
 		for j, i := range foreign {
 			switch {
-			case !renewed[j] && scan:
+			case !lasting[j] && scan:
 				soon = append(soon, cand[i])
-			case renewed[j] && !scan:
+			case lasting[j] && !scan:
 				gone = append(gone, cand[i])
 			}
 		}
@@ -289,7 +302,6 @@ func (s *Supervisor) needScan(ctl control, first bool) bool {
 			judge = false
 		}
 	}
-	watcher := s.watches(ctl)
 	alive, live := make(map[string]bool, len(ctl.hosts)), 0
 	for _, h := range ctl.hosts {
 		if !h.Alive {
@@ -306,7 +318,7 @@ func (s *Supervisor) needScan(ctl control, first bool) bool {
 		if d := h.TTL + 50*time.Millisecond; c.early == 0 || d < c.early {
 			c.early = d
 		}
-		if watcher && !watched(ctl, h) {
+		if !watched(ctl, h) && s.watches(ctl, h) {
 			scan = true
 			if c.watching == nil {
 				c.watching = map[string]string{}
@@ -342,17 +354,20 @@ func watched(ctl control, h health.Host) bool {
 	return ok && v == strconv.FormatInt(h.SeenAt.UnixMilli(), 10)
 }
 
-// watches reports whether this host is a watcher of late hosts (see
-// needScan): for one of its queues, the leader among the hosts that run
-// that queue, are alive, not late and not draining, or else the lowest-id
-// such host; this host when there is none. A host that runs several
-// queues may watch for some and not others: it scans them all.
-func (s *Supervisor) watches(ctl control) bool {
+// watches reports whether this host watches the late host x (see
+// needScan): for one of the queues both run (any of this host's, if x's
+// record does not list them: an older version), the leader among the
+// hosts that run that queue, are alive, not late and not draining, or else
+// the lowest-id such host; this host when there is none.
+func (s *Supervisor) watches(ctl control, x health.Host) bool {
 	if s.cluster.draining {
 		return false // it claims nothing
 	}
 	for q := range s.cluster.sizes {
-		leader, first := "", ""
+		if len(x.Queues) > 0 && !slices.Contains(x.Queues, q) {
+			continue
+		}
+		leader, first := "", s.cfg.Host
 		if s.cluster.leader {
 			leader = s.cfg.Host
 		}
@@ -364,12 +379,7 @@ func (s *Supervisor) watches(ctl control) bool {
 			if h.Leader && (leader == "" || h.ID < leader) {
 				leader = h.ID
 			}
-			if first == "" || h.ID < first {
-				first = h.ID
-			}
-		}
-		if first == "" || s.cfg.Host < first {
-			first = s.cfg.Host
+			first = min(first, h.ID)
 		}
 		if cmp.Or(leader, first) == s.cfg.Host {
 			return true
@@ -389,15 +399,11 @@ func sizesSignature(sizes map[string]int) string {
 }
 
 // watchExpiring reads the expiry of the leases at keys[idx], held by hosts
-// watched (see claim), alive (late) or not. The next tick is armed for
-// just after the first of them expires, so that its slot is taken over at
-// once rather than up to a third of a lease later. It reports, for each,
-// whether its holder renewed it after all: a live holder renews its leases
-// every third of a lease, so one of a late host with half a lease left or
-// more was renewed since its record missed a renewal. A host gone renews
-// nothing (if it still runs, it writes its record again at its next tick,
-// and its leases are no longer watched).
-func (s *Supervisor) watchExpiring(ctx context.Context, keys []string, idx []int, alive []bool) ([]bool, error) {
+// watched (see claim), and arms the next tick for just after the first of
+// them expires, so that its slot is taken over at once rather than up to
+// a third of a lease later. It reports, for each, whether it lasts: a key
+// without an expiry is no lease Vigil wrote.
+func (s *Supervisor) watchExpiring(ctx context.Context, keys []string, idx []int) ([]bool, error) {
 	pipe := s.store.Client().Pipeline()
 	cmds := make([]*redis.DurationCmd, len(idx))
 	for j, i := range idx {
@@ -406,12 +412,12 @@ func (s *Supervisor) watchExpiring(ctx context.Context, keys []string, idx []int
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read lease expiries: %w", err)
 	}
-	renewed := make([]bool, len(idx))
+	lasting := make([]bool, len(idx))
 	for j, c := range cmds {
 		ttl := c.Val()
 		switch {
-		case ttl == -1 || alive[j] && ttl >= s.cfg.Lease/2: // no expiry: not a lease Vigil wrote
-			renewed[j] = true
+		case ttl == -1: // PTTL's "no expiry"
+			lasting[j] = true
 			continue
 		case ttl < 0: // gone since it was read
 			ttl = 0
@@ -420,7 +426,7 @@ func (s *Supervisor) watchExpiring(ctx context.Context, keys []string, idx []int
 			s.cluster.early = d
 		}
 	}
-	return renewed, nil
+	return lasting, nil
 }
 
 // holding counts the slots this host holds and keeps.
