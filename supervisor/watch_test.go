@@ -85,6 +85,20 @@ func (x *fakeHost) halt() {
 	<-x.done
 }
 
+// watchCluster is a cluster of hosts a, b and c (see watchMembers) with the
+// fake host x holding slots 6 and 7 of pool q's 8, the 6 others spread 2
+// per host.
+func watchCluster(t *testing.T) (*health.Store, []health.ComponentID, *fakeHost, []*harness) {
+	t.Helper()
+	env := testredis.New(t)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	all := ids("q", 8)
+	x := startFakeHost(t, store, all[6:])
+	hs := watchMembers(t, env, len(all))
+	waitSpreadWithin(t, store, 6, []string{"a", "b", "c"}, 2, 4*waitTimeout)
+	return store, all, x, hs
+}
+
 // watchMembers starts hosts a, b and c (no random scan: Rand is 0.99) on
 // env's pool q of n slots.
 func watchMembers(t *testing.T, env *testredis.Env, n int) []*harness {
@@ -114,13 +128,8 @@ func scans(hs []*harness) []int64 {
 // lease and puts the late host's slots in the free set before they expire;
 // the others only read the free set, and take them at once when they do.
 func TestLateHostWatchedByOneHost(t *testing.T) {
-	env := testredis.New(t)
-	store := health.NewStore(env.Client, env.Prefix, 0)
+	store, all, x, hs := watchCluster(t)
 	ctx := context.Background()
-	all := ids("q", 8)
-	x := startFakeHost(t, store, all[6:])
-	hs := watchMembers(t, env, 8)
-	waitSpreadWithin(t, store, 6, []string{"a", "b", "c"}, 2, 4*waitTimeout)
 
 	before := scans(hs)
 	x.halt()
@@ -175,13 +184,8 @@ func TestLateHostWatchedByOneHost(t *testing.T) {
 // watcher failed with it) is scanned for by every host, and its slots are
 // taken when its leases expire.
 func TestHostGoneUnwatchedIsScannedFor(t *testing.T) {
-	env := testredis.New(t)
-	store := health.NewStore(env.Client, env.Prefix, 0)
+	store, all, x, hs := watchCluster(t)
 	ctx := context.Background()
-	all := ids("q", 8)
-	x := startFakeHost(t, store, all[6:])
-	hs := watchMembers(t, env, 8)
-	waitSpreadWithin(t, store, 6, []string{"a", "b", "c"}, 2, 4*waitTimeout)
 
 	before := scans(hs)
 	x.halt()
@@ -247,12 +251,7 @@ func waitFreeBeforeExpiry(t *testing.T, store *health.Store, slots []health.Comp
 // host watched and left them to the random safety net, which this test
 // turns off: stuck for good).
 func TestHostDeadBetweenItsLeasesAndRecordIsWatched(t *testing.T) {
-	env := testredis.New(t)
-	store := health.NewStore(env.Client, env.Prefix, 0)
-	all := ids("q", 8)
-	x := startFakeHost(t, store, all[6:])
-	hs := watchMembers(t, env, 8)
-	waitSpreadWithin(t, store, 6, []string{"a", "b", "c"}, 2, 4*waitTimeout)
+	store, all, x, hs := watchCluster(t)
 
 	x.halt()
 	// x's next tick, a third of a lease after its record: it renews its
