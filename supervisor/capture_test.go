@@ -89,18 +89,23 @@ func TestLongOutputLineDoesNotKillTheWorker(t *testing.T) {
 // LogTail bytes in a worker's tail (issue 18, row 11: 12.9 MB per worker).
 func TestLogTailIsBoundedInBytes(t *testing.T) {
 	t.Parallel()
-	script := `i=0; while [ $i -lt 200 ]; do head -c 65000 /dev/zero | tr '\0' b; echo; i=$((i+1)); done; echo done; exec "$0" beat`
+	// 13 MB in 200 lines of 65,000 bytes from three processes (a shell
+	// loop of 400 processes outlasted the minute's start timeout on a
+	// loaded CI machine).
+	script := `head -c 13000000 /dev/zero | tr '\0' b | fold -w 65000; echo; echo done; exec "$0" beat`
+	beat := fastBeat
+	beat.StartTimeout = 5 * time.Minute
 	h := newHarness(t, supervisor.Config{
-		Pools:   []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{"sh", "-c", script, testWorker}}},
-		Policy:  longBackoff,
-		LogTail: 64 << 10,
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{"sh", "-c", script, testWorker}}},
+		Policy:    longBackoff,
+		Heartbeat: beat,
+		LogTail:   64 << 10,
 	})
 	h.start()
 	id := health.ComponentID{Queue: "q"}
-	// 13 MB through a shell loop of 400 processes before the first beat:
-	// on a loaded machine that outlasts waitTimeout (the start timeout is
-	// a minute).
-	waitForWithin(t, h.store, id, isStatus(health.StatusHealthy), 4*waitTimeout)
+	// The 13 MB pass through the capture (under -race) before the first
+	// beat, so the wait is the start timeout's, not waitTimeout.
+	waitForWithin(t, h.store, id, isStatus(health.StatusHealthy), beat.StartTimeout)
 	h.logs.wait(t, 0, waitTimeout, `msg="worker output"`, `line=done`)
 	total := 0
 	logs := h.sup.Logs(id)
