@@ -84,3 +84,70 @@ func TestWriteRetriedAfterALostReplySucceeds(t *testing.T) {
 		t.Error("a second, different starting write over starting was allowed")
 	}
 }
+
+// A lost reply's retry finds its own write applied, and a stale process of
+// the slot (the previous holder's, still running after Redis lost the
+// leases) has meanwhile set the record's current job: a worker's field,
+// the only record write without a check (SetCurrentJobTo). The retry is
+// still the same write: it must succeed, and leave the record as the write
+// says (the stale job cleared). Refusing it ("monitor cannot go from
+// starting to starting") left a claimed slot starting with no process
+// (fault explorer E61, seed 6 with a FLUSHALL).
+func TestWriteRetriedAfterALostReplyOverAStaleWorkersJobSucceeds(t *testing.T) {
+	env := testredis.New(t)
+	direct := health.NewStore(env.Client, env.Prefix, 0)
+	s, p := viaProxy(t, env)
+	ctx := testCtx(t)
+	stopped := record(tag0, health.StatusStopped, 0)
+	seed(t, direct, stopped)
+
+	key := s.Keys().Component(tag0)
+	held, release := p.HoldReply(func(args []string) bool {
+		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == key
+	})
+	defer release()
+	next := record(tag0, health.StatusStarting, 0)
+	next.UpdatedAt = next.UpdatedAt.Add(3 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Write(ctx, next, health.Write{Actor: health.ActorMonitor, ClearHeartbeat: true, Index: true, NoEvent: true})
+		done <- err
+	}()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the write never reached Redis")
+	}
+	// The script ran; its reply is held. A stale worker of the slot sets
+	// its current job, then the connection drops: go-redis retries.
+	pipe := env.Client.Pipeline()
+	direct.SetCurrentJobTo(ctx, pipe, tag0, "stale-task", 7)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Cut() == 0 {
+		t.Fatal("no connection cut: the test did not test a lost reply")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("write with its reply lost, retried over a stale job: %v, want success", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the write never returned")
+	}
+	got, err := direct.Get(ctx, tag0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != health.StatusStarting || !got.UpdatedAt.Equal(next.UpdatedAt) || got.CurrentJob != "" {
+		t.Errorf("stored %s updated %v job %q, want starting updated %v with no job", got.Status, got.UpdatedAt, got.CurrentJob, next.UpdatedAt)
+	}
+
+	// A write that differs in the supervisor's fields is still refused.
+	other := next
+	other.Reason = "another start"
+	if _, err := s.Write(ctx, other, health.Write{Actor: health.ActorMonitor}); err == nil {
+		t.Error("a second, different starting write over starting was allowed")
+	}
+}

@@ -78,10 +78,15 @@ end
 // A write the status machine would refuse but that finds the record
 // already as it would leave it (every field it sets equal, every field it
 // deletes absent; updated_at, in ms, makes two writes differ) is the same
-// write, applied once: it succeeds without writing. That is what a retry
-// finds when the reply of the first attempt was lost (go-redis retries a
-// script whose connection closed); refusing it left a claimed slot
-// starting with no process (fault explorer, E5).
+// write, applied once: it is applied again and succeeds. That is what a
+// retry finds when the reply of the first attempt was lost (go-redis
+// retries a script whose connection closed); refusing it left a claimed
+// slot starting with no process (fault explorer, E5). The worker's own
+// fields (last_heartbeat, current_job, current_seq, version) are left out
+// of that comparison: a stale process of the slot (the previous holder's,
+// running on after Redis lost the leases) sets its current job with a
+// plain HSET, and did between the first attempt and the retry (E61). The
+// write applied again clears them as it says.
 var writeScript = redis.NewScript(bumpRev + `
 local a = cjson.decode(ARGV[1])
 local owner = a.owner or ''
@@ -106,20 +111,21 @@ if a.from then
   local ok = false
   for _, f in ipairs(a.from) do if f == tok then ok = true break end end
   if not ok then
+    -- The same write, applied once already (its reply lost)? The
+    -- worker's own fields do not tell: a stale process of the slot may
+    -- have set them since (E61). It is applied again: what it clears, a
+    -- stale worker set.
+    local wf = {last_heartbeat = true, current_job = true, current_seq = true, version = true}
     local same = true
     for k, v in pairs(a.set) do
-      if redis.call('HGET', KEYS[1], k) ~= v then same = false break end
+      if not wf[k] and redis.call('HGET', KEYS[1], k) ~= v then same = false break end
     end
     if same and a.del then
       for _, f in ipairs(a.del) do
-        if redis.call('HEXISTS', KEYS[1], f) == 1 then same = false break end
+        if not wf[f] and redis.call('HEXISTS', KEYS[1], f) == 1 then same = false break end
       end
     end
-    if same then
-      local rev, cj, cs = worker_fields()
-      return {1, tok, rev, cj, cs}
-    end
-    return {0, tok}
+    if not same then return {0, tok} end
   end
 end
 local args = {}
