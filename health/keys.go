@@ -207,6 +207,14 @@ const (
 // tick in one script.
 func (k Keys) Schedule(q, name string) string { return k.Prefix + "schedule:{" + q + "}:" + name }
 
+// ScheduleTaken is schedule name's record in queue q just taken (deleted,
+// or moved to another queue), kept a minute with the taking operation's
+// token: that operation, sent again by go-redis after its reply was lost,
+// finds what it took (schedule.takeScript).
+func (k Keys) ScheduleTaken(q, name string) string {
+	return k.Prefix + "schedule-taken:{" + q + "}:" + name
+}
+
 // Commands is the list through which other hosts' admin servers ask host h
 // to act on a component it holds.
 func (k Keys) Commands(h string) string { return k.Prefix + "cmd:{" + h + "}" }

@@ -17,6 +17,11 @@ const (
 	fSkipped     = "skipped"       // ticks skipped (catch-up policy, unique lock)
 	fCreatedAt   = "created_at"    // ms
 	fUpdatedAt   = "updated_at"    // ms
+	// fOp is the random token of the last create, update, move or pause
+	// that changed the record: a script sent again by go-redis after its
+	// reply was lost finds its own token and answers as the first run did
+	// (see createScript).
+	fOp = "op"
 )
 
 // Replies of the fire and skip scripts.
@@ -54,6 +59,15 @@ if redis.call("EXISTS", rec) == 0 then
 	return {"gone", 0}
 end
 local tick = ARGV[2] ~= ""
+-- A trigger's task with this very message (its id is random) is this
+-- trigger's, enqueued by a first run whose reply was lost (go-redis sends
+-- the script again): answered as that run was, not as a conflict (the
+-- operator, told it failed, triggered again). A tick's retry finds the
+-- tick decided ("moved") and plans again: only its event is lost, and two
+-- leaders of a moment would enqueue the same message.
+if not tick and redis.call("HGET", KEYS[2], "msg") == ARGV[4] then
+	return {"enqueued", 0}
+end
 if tick then
 	if redis.call("HGET", rec, "rev") ~= ARGV[1] then
 		return {"stale", 0}
@@ -146,10 +160,22 @@ redis.call("HINCRBY", rec, "skipped", ARGV[3])
 return {"skipped", tonumber(ARGV[2])}
 `)
 
-// createScript writes a new record (field, value, … in ARGV) unless one
-// exists. Returns 1 if written.
+// createScript writes a new record (field, value, … in ARGV, the
+// operation's token, fOp, among them) unless one exists. Returns 1 if
+// written, or if the record is this very write's: go-redis sends a script
+// again when its connection closed before the reply, and the first run
+// had applied it (a create answered "exists" and told no leader of the
+// new schedule; review after fault explorer E61).
 var createScript = redis.NewScript(`
 if redis.call("EXISTS", KEYS[1]) == 1 then
+	for i = 1, #ARGV - 1, 2 do
+		if ARGV[i] == "op" then
+			if redis.call("HGET", KEYS[1], "op") == ARGV[i + 1] then
+				return 1
+			end
+			break
+		end
+	end
 	return 0
 end
 redis.call("HSET", KEYS[1], unpack(ARGV))
@@ -157,30 +183,41 @@ return 1
 `)
 
 // updateScript replaces a record's definition. ARGV: 1 def, 2 now ms,
-// 3 "1" when the spec changed (its ticks start now). Returns the new rev,
-// or -1 when there is no record.
+// 3 "1" when the spec changed (its ticks start now), 4 the operation's
+// token. Returns the new rev (the same again for a run of the same
+// token: see createScript), or -1 when there is no record.
 var updateScript = redis.NewScript(`
 if redis.call("EXISTS", KEYS[1]) == 0 then
 	return -1
 end
-redis.call("HSET", KEYS[1], "def", ARGV[1], "updated_at", ARGV[2])
+if redis.call("HGET", KEYS[1], "op") == ARGV[4] then
+	return tonumber(redis.call("HGET", KEYS[1], "rev"))
+end
+redis.call("HSET", KEYS[1], "def", ARGV[1], "updated_at", ARGV[2], "op", ARGV[4])
 if ARGV[3] == "1" then
 	redis.call("HSET", KEYS[1], "since", ARGV[2])
 end
 return redis.call("HINCRBY", KEYS[1], "rev", 1)
 `)
 
-// pauseScript sets paused. ARGV: 1 "1" or "0", 2 now ms. A resume starts
-// the ticks anew from now (those of the pause are never fired). Returns
-// the new rev, 0 when nothing changed, -1 when there is no record.
+// pauseScript sets paused. ARGV: 1 "1" or "0", 2 now ms, 3 the
+// operation's token. A resume starts the ticks anew from now (those of
+// the pause are never fired). Returns the new rev, 0 when nothing
+// changed, -1 when there is no record. A run of the same token finds the
+// change its own and returns the rev again (see createScript: a resume
+// whose reply was lost answered "unchanged" and told no leader, which
+// kept the schedule paused).
 var pauseScript = redis.NewScript(`
 if redis.call("EXISTS", KEYS[1]) == 0 then
 	return -1
 end
 if (redis.call("HGET", KEYS[1], "paused") or "0") == ARGV[1] then
+	if redis.call("HGET", KEYS[1], "op") == ARGV[3] then
+		return tonumber(redis.call("HGET", KEYS[1], "rev"))
+	end
 	return 0
 end
-redis.call("HSET", KEYS[1], "paused", ARGV[1], "updated_at", ARGV[2])
+redis.call("HSET", KEYS[1], "paused", ARGV[1], "updated_at", ARGV[2], "op", ARGV[3])
 if ARGV[1] == "0" then
 	redis.call("HSET", KEYS[1], "since", ARGV[2])
 end
@@ -189,8 +226,30 @@ return redis.call("HINCRBY", KEYS[1], "rev", 1)
 
 // takeScript deletes a record and returns its fields (a delete, or the
 // first half of a move to another queue: a fire after it finds no record).
+// The record is kept a minute under KEYS[2] (Keys.ScheduleTaken), with
+// the operation's token: a run of the same token (go-redis sends a script
+// again when its reply was lost) returns the same fields. Else a move
+// whose take was applied but not answered found nothing and lost the
+// schedule (review after fault explorer E61).
+// KEYS: record, its taken copy. ARGV: 1 the operation's token.
 var takeScript = redis.NewScript(`
-local v = redis.call("HGETALL", KEYS[1])
-redis.call("DEL", KEYS[1])
+if redis.call("EXISTS", KEYS[1]) == 1 then
+	local v = redis.call("HGETALL", KEYS[1])
+	redis.call("RENAME", KEYS[1], KEYS[2])
+	redis.call("HSET", KEYS[2], "#taken_by", ARGV[1])
+	redis.call("PEXPIRE", KEYS[2], 60000)
+	return v
+end
+if redis.call("HGET", KEYS[2], "#taken_by") ~= ARGV[1] then
+	return {}
+end
+local all = redis.call("HGETALL", KEYS[2])
+local v = {}
+for i = 1, #all - 1, 2 do
+	if all[i] ~= "#taken_by" then
+		v[#v + 1] = all[i]
+		v[#v + 1] = all[i + 1]
+	end
+end
 return v
 `)

@@ -260,7 +260,7 @@ func (s *Store) Create(ctx context.Context, d Definition) (View, error) {
 	}
 	now := ms(s.cfg.Clock.Now())
 	ok, err := createScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(d.Queue, d.Name)},
-		fDef, def, fRev, 1, fPaused, 0, fSince, now, fCreatedAt, now, fUpdatedAt, now).Int()
+		fDef, def, fRev, 1, fPaused, 0, fSince, now, fCreatedAt, now, fUpdatedAt, now, fOp, opToken()).Int()
 	if err != nil {
 		return View{}, fmt.Errorf("create schedule %s: %w", d.Name, err)
 	}
@@ -302,7 +302,7 @@ func (s *Store) Update(ctx context.Context, name string, d Definition) (View, er
 		if d.Spec != old.Spec {
 			respec = "1"
 		}
-		rev, err := updateScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(d.Queue, name)}, def, now, respec).Int64()
+		rev, err := updateScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(d.Queue, name)}, def, now, respec, opToken()).Int64()
 		if err != nil {
 			return View{}, fmt.Errorf("update schedule %s: %w", name, err)
 		}
@@ -322,7 +322,7 @@ func (s *Store) Update(ctx context.Context, name string, d Definition) (View, er
 // old queue's slot (a fire after that finds none) and written in the new
 // one with its state.
 func (s *Store) move(ctx context.Context, old View, d Definition, def []byte, now string) error {
-	raw, err := takeScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(old.Queue, old.Name)}).StringSlice()
+	raw, err := s.take(ctx, old.Queue, old.Name)
 	if err != nil {
 		return fmt.Errorf("move schedule %s: %w", old.Name, err)
 	}
@@ -334,7 +334,7 @@ func (s *Store) move(ctx context.Context, old View, d Definition, def []byte, no
 		f[raw[i]] = raw[i+1]
 	}
 	rev, _ := strconv.ParseInt(f[fRev], 10, 64)
-	f[fDef], f[fRev], f[fUpdatedAt] = string(def), strconv.FormatInt(rev+1, 10), now
+	f[fDef], f[fRev], f[fUpdatedAt], f[fOp] = string(def), strconv.FormatInt(rev+1, 10), now, opToken()
 	if d.Spec != old.Spec {
 		f[fSince] = now
 	}
@@ -351,13 +351,26 @@ func (s *Store) move(ctx context.Context, old View, d Definition, def []byte, no
 	return nil
 }
 
+// take deletes schedule name's record in queue q and returns its fields
+// (none if there is none), once: see takeScript.
+func (s *Store) take(ctx context.Context, q, name string) ([]string, error) {
+	return takeScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(q, name), s.keys().ScheduleTaken(q, name)}, opToken()).StringSlice()
+}
+
+// opToken is a random token naming one operation on a record (fOp).
+func opToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // Delete removes schedule name (its tasks stay in their queue).
 func (s *Store) Delete(ctx context.Context, name string) error {
 	q, err := s.queueOf(ctx, name)
 	if err != nil {
 		return err
 	}
-	if _, err := takeScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(q, name)}).Result(); err != nil {
+	if _, err := s.take(ctx, q, name); err != nil {
 		return fmt.Errorf("delete schedule %s: %w", name, err)
 	}
 	pipe := s.rdb().Pipeline()
@@ -382,7 +395,7 @@ func (s *Store) SetPaused(ctx context.Context, name string, paused bool) (v View
 	if paused {
 		flag = "1"
 	}
-	rev, err := pauseScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(q, name)}, flag, ms(s.cfg.Clock.Now())).Int64()
+	rev, err := pauseScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(q, name)}, flag, ms(s.cfg.Clock.Now()), opToken()).Int64()
 	if err != nil {
 		return View{}, false, fmt.Errorf("pause schedule %s: %w", name, err)
 	}
@@ -552,7 +565,7 @@ func (s *Store) adopt(ctx context.Context, old View, d Definition) error {
 		o := old.Definition
 		o.Source = d.Source
 		def, _ := json.Marshal(o)
-		if _, err := updateScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(old.Queue, old.Name)}, def, ms(s.cfg.Clock.Now()), "0").Result(); err != nil {
+		if _, err := updateScript.Run(ctx, s.rdb(), []string{s.keys().Schedule(old.Queue, old.Name)}, def, ms(s.cfg.Clock.Now()), "0", opToken()).Result(); err != nil {
 			return err
 		}
 	}
