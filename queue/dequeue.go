@@ -97,12 +97,9 @@ func (h *redisHook) takeToxic(id string) bool {
 	return ok
 }
 
-// noRetry makes go-redis send a command once: after a lost reply it must
-// not run again (the dequeue would take a second task; an outcome is
-// kept rather than repeated blindly).
-type noRetry struct{ *redis.Cmd }
-
-func (noRetry) NoRetry() bool { return true }
+// A dequeue and an outcome are sent once (health.NoRetry): after a lost
+// reply they must not run again (the dequeue would take a second task; an
+// outcome is kept rather than repeated blindly).
 
 // refusedPause is how long dequeues are refused here after Redis refused
 // one (OOM, READONLY): asynq would otherwise ask again at once, in a loop.
@@ -156,11 +153,11 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix, health.JobSoloCrashesSuffix, runField)
 	start := h.clock.Now()
 	run := redis.NewCmd(ctx, sargs...)
-	err := next(ctx, noRetry{run})
+	err := next(ctx, health.NoRetry{Cmd: run})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		sargs[0], sargs[1] = "eval", vigilDequeueSource
 		run = redis.NewCmd(ctx, sargs...)
-		err = next(ctx, noRetry{run})
+		err = next(ctx, health.NoRetry{Cmd: run})
 	}
 	if h.onTry != nil {
 		defer func() { h.onTry(c.Err() == nil) }()

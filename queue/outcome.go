@@ -67,7 +67,7 @@ func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		sent = redis.NewCmd(ctx, append(eargs, argv...)...)
 	}
 	start := h.clock.Now()
-	err := next(ctx, noRetry{sent})
+	err := next(ctx, health.NoRetry{Cmd: sent})
 	if sent != c {
 		c.SetVal(sent.Val())
 		c.SetErr(sent.Err())

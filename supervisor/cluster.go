@@ -53,7 +53,8 @@ type clusterState struct {
 	left         bool               // shut down: leases released, no more ticks
 	hostWritten  time.Time          // real time of the last write of this host's record (it expires a lease later)
 	leaseLost    bool               // this tick's renewal found a lease gone before it could expire: Redis lost it
-	lapsed       []*worker          // leases a renewal took again after a lapse (Redis may have lost its data meanwhile), until a tick reads their records
+	lapsed       []*worker          // leases a renewal took again after a lapse, or found held after a failed renewal (Redis may have lost its data meanwhile), until a tick reads their records
+	renewFailed  bool               // the last renewal failed: it may have run unanswered
 }
 
 // joinCluster registers this host (DESIGN.md §11): a live record with this

@@ -433,6 +433,55 @@ func TestDataLossBeforeALateRenewal(t *testing.T) {
 	}
 }
 
+// TestLostRenewalReplyIsNoDataLoss: a renewal whose reply is lost is sent
+// again by the supervisor (health.RenewLeases), which cannot tell whether
+// the lost one took a lease again (a loss of Redis's data it would have
+// seen): it reads the slots' records (review after fault explorer E61).
+// With nothing lost, that read is all: no state written again, no worker
+// touched, no restart.
+func TestLostRenewalReplyIsNoDataLoss(t *testing.T) {
+	t.Parallel()
+	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy: longBackoff,
+		Lease:  3 * time.Second,
+	})
+	id := ids("q", 2)
+	h.start()
+	before := h.waitHealthy(id...)
+	mark := h.logs.mark()
+	keys := direct.Keys()
+	dropped := sup.DropReply(func(args []string) bool {
+		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == keys.Slot(id[1])
+	})
+	select {
+	case <-dropped:
+	case <-time.After(waitTimeout):
+		t.Fatal("no renewal's reply was lost")
+	}
+	h.logs.wait(t, mark, waitTimeout, "as a renewal after a failed one found them")
+	// The tick after it has read the records and gone on: its leases are
+	// renewed once more.
+	renewed := sup.DropReply(func(args []string) bool {
+		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == keys.Slot(id[1])
+	})
+	select {
+	case <-renewed:
+	case <-time.After(waitTimeout):
+		t.Fatal("no later renewal")
+	}
+	for _, bad := range []string{"lost its data", "state written again"} {
+		if i, found := h.logs.find(mark, bad); found {
+			t.Errorf("a lost renewal reply was taken for lost data: %s", h.logs.line(i))
+		}
+	}
+	for i, c := range h.sync() {
+		if c.Status != health.StatusHealthy || c.PID != before[i].PID || c.Restarts.RestartCount != 0 {
+			t.Errorf("after a lost renewal reply %s is %s; before: %s", id[i], describe(c), describe(before[i]))
+		}
+	}
+}
+
 // stoppedBesideRunning starts h's pool q of two workers and has an
 // operator stop the first: it returns the stopped (held) and the running
 // slot, read from store.

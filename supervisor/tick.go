@@ -187,12 +187,24 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 	start, sent := s.cfg.Clock.Now(), time.Now()
 	rs, err := s.store.RenewLeases(ctx, keys, s.cluster.me, s.cfg.Lease)
 	if err != nil {
+		s.cluster.renewFailed = true // it may have run (see below)
 		return err
 	}
+	// A renewal after a failed one: the failed one may have run
+	// unanswered and found a lease gone (Redis lost its data) and taken it
+	// again; this one then finds it held. So may a renewal sent again
+	// within RenewLeases (health.LeaseHeldUnsure). Those leases are held,
+	// but whether Redis lost their data is read from their records.
+	afterFailed := s.cluster.renewFailed
+	s.cluster.renewFailed = false
+	unsure := 0
 	s.answered(start, s.shardsOf(held)...)
 	for i, w := range held {
 		r := rs[i]
-		stale := r == health.LeaseHeld && s.leaseStale(w)
+		if r == health.LeaseHeld && afterFailed {
+			r = health.LeaseHeldUnsure
+		}
+		stale := (r == health.LeaseHeld || r == health.LeaseHeldUnsure) && s.leaseStale(w)
 		if stale {
 			// This host's, but not renewed for a lease: it may have lapsed,
 			// been another host's (whose takeover stopped our process) and
@@ -225,9 +237,21 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 				s.cluster.lapsed = append(s.cluster.lapsed, w)
 			}
 			w.heldAt, w.heldSince = sent, sent
+		case health.LeaseHeldUnsure:
+			// Held since the last renewal but for a loss of Redis's data
+			// (a lapse is stale, above), which no other host's takeover
+			// can have followed unseen: heldSince stays.
+			unsure++
+			if !s.shuttingDown && !slices.Contains(s.cluster.lapsed, w) {
+				s.cluster.lapsed = append(s.cluster.lapsed, w)
+			}
+			w.heldAt = sent
 		default:
 			w.heldAt = sent
 		}
+	}
+	if unsure > 0 {
+		s.log.Info("leases held, as a renewal after a failed one found them: reading their records for a loss of Redis's data", "leases", unsure)
 	}
 	return nil
 }
