@@ -1,12 +1,9 @@
 package health_test
 
 import (
-	"net/url"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/faultproxy"
@@ -17,22 +14,7 @@ import (
 // fault proxy, with go-redis's default retries, and the proxy.
 func viaProxy(tb testing.TB, env *testredis.Env) (*health.Store, *faultproxy.Proxy) {
 	tb.Helper()
-	u, err := url.Parse(env.URL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = p.Close() })
-	opt, err := redis.ParseURL(env.URL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	opt.Addr = p.Addr()
-	c := redis.NewClient(opt)
-	tb.Cleanup(func() { _ = c.Close() })
+	p, c := env.Proxied(tb)
 	s := health.NewStore(c, env.Prefix, 0)
 	if err := s.Load(testCtx(tb)); err != nil {
 		tb.Fatal(err)
@@ -55,9 +37,7 @@ func TestWriteRetriedAfterALostReplySucceeds(t *testing.T) {
 	seed(t, direct, stopped)
 
 	key := s.Keys().Component(tag0)
-	dropped := p.DropReply(func(args []string) bool {
-		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == key
-	})
+	dropped := p.DropScriptReply(key)
 	next := record(tag0, health.StatusStarting, 0)
 	next.UpdatedAt = next.UpdatedAt.Add(3 * time.Millisecond)
 	if _, err := s.Write(ctx, next, health.Write{Actor: health.ActorMonitor, ClearHeartbeat: true, Index: true, NoEvent: true}); err != nil {
@@ -159,13 +139,8 @@ func TestWriteRetriedAfterALostReplyOverAStaleWorkersJobSucceeds(t *testing.T) {
 // E30's schedule with a lost reply). It answers LeaseHeldUnsure; a
 // renewal that went through at once answers LeaseHeld.
 func TestRenewalSentAgainAfterALostReplyIsUnsure(t *testing.T) {
-	env := testredis.New(t)
-	s, p := viaProxy(t, env)
+	env, s, p, key, me := heldViaProxy(t)
 	ctx := testCtx(t)
-	key, me := s.Keys().Slot(tag0), health.LeaseValue("h0", "i0")
-	if ok, err := s.Claim(ctx, key, me, "", time.Minute); err != nil || !ok {
-		t.Fatalf("claim: %v %v", ok, err)
-	}
 	if rs, err := s.RenewLeases(ctx, []string{key}, me, time.Minute); err != nil || rs[0] != health.LeaseHeld {
 		t.Fatalf("renewal: %v %v, want held", rs, err)
 	}
@@ -174,9 +149,7 @@ func TestRenewalSentAgainAfterALostReplyIsUnsure(t *testing.T) {
 	if err := env.Client.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	dropped := p.DropReply(func(args []string) bool {
-		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == key
-	})
+	dropped := p.DropScriptReply(key)
 	rs, err := s.RenewLeases(ctx, []string{key}, me, time.Minute)
 	select {
 	case <-dropped:
@@ -199,20 +172,13 @@ func TestRenewalSentAgainAfterALostReplyIsUnsure(t *testing.T) {
 // the other hosts look for it (review after fault explorer E61; it stayed
 // out until a scan).
 func TestReleaseSentAgainAfterALostReplyMarksTheSlotFree(t *testing.T) {
-	env := testredis.New(t)
-	s, p := viaProxy(t, env)
+	env, s, p, key, me := heldViaProxy(t)
 	ctx := testCtx(t)
-	key, me := s.Keys().Slot(tag0), health.LeaseValue("h0", "i0")
-	if ok, err := s.Claim(ctx, key, me, "", time.Minute); err != nil || !ok {
-		t.Fatalf("claim: %v %v", ok, err)
-	}
 	// The script loaded first: a lost NOSCRIPT reply would test nothing.
 	if err := s.ReleaseSlot(ctx, health.ComponentID{Queue: "tag", Slot: 2}, me); err != nil {
 		t.Fatal(err)
 	}
-	dropped := p.DropReply(func(args []string) bool {
-		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == key
-	})
+	dropped := p.DropScriptReply(key)
 	if err := s.ReleaseSlot(ctx, tag0, me); err != nil {
 		t.Fatal(err)
 	}
@@ -239,4 +205,17 @@ func TestReleaseSentAgainAfterALostReplyMarksTheSlotFree(t *testing.T) {
 	if env.Client.Exists(ctx, okey).Val() != 1 || env.Client.SIsMember(ctx, s.Keys().Free(), other.String()).Val() {
 		t.Error("another host's lease was released or marked free")
 	}
+}
+
+// heldViaProxy is viaProxy with tag0's lease held by me: the lease's key
+// and holder.
+func heldViaProxy(t *testing.T) (env *testredis.Env, s *health.Store, p *faultproxy.Proxy, key, me string) {
+	t.Helper()
+	env = testredis.New(t)
+	s, p = viaProxy(t, env)
+	key, me = s.Keys().Slot(tag0), health.LeaseValue("h0", "i0")
+	if ok, err := s.Claim(testCtx(t), key, me, "", time.Minute); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	return env, s, p, key, me
 }

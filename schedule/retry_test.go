@@ -2,12 +2,8 @@ package schedule_test
 
 import (
 	"errors"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/faultproxy"
@@ -18,34 +14,10 @@ import (
 // e.q+"b") whose client reaches e's Redis through a fault proxy, with
 // go-redis's default retries, and the proxy.
 func viaProxy(e *env) (*schedule.Store, *faultproxy.Proxy) {
-	t := e.t
-	t.Helper()
-	u, err := url.Parse(e.redis.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	opt, err := redis.ParseURL(e.redis.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.Addr = p.Addr()
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { _ = c.Close() })
+	e.t.Helper()
+	p, c := e.redis.Proxied(e.t)
 	hs := health.NewStore(c, e.redis.Prefix, 0)
 	return schedule.NewStore(hs, schedule.StoreConfig{Queues: []string{e.q, e.q + "b"}, Clock: e.clock, Host: "h1"}), p
-}
-
-// loseNextReply arms p to run the next script call whose first key is
-// key and lose its reply (the connection closes: go-redis sends it again).
-func loseNextReply(p *faultproxy.Proxy, key string) <-chan struct{} {
-	return p.DropReply(func(args []string) bool {
-		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == key
-	})
 }
 
 func mustLose(t *testing.T, dropped <-chan struct{}) {
@@ -87,7 +59,7 @@ func TestOperationRetriedAfterALostReplyIsApplied(t *testing.T) {
 		v, _ := e.store.Get(e.ctx(), "s")
 		d := v.Definition
 		d.Queue = e.q + "b"
-		dropped := loseNextReply(p, e.hs.Keys().Schedule(e.q, "s"))
+		dropped := p.DropScriptReply(e.hs.Keys().Schedule(e.q, "s"))
 		got, err := s.Update(e.ctx(), "s", d)
 		mustLose(t, dropped)
 		if err != nil {
@@ -121,7 +93,7 @@ func TestOperationRetriedAfterALostReplyIsApplied(t *testing.T) {
 		}
 		before := revOf(e)
 		e.clock.Advance(time.Second)
-		dropped := loseNextReply(p, e.hs.Keys().Schedule(e.q, "s"))
+		dropped := p.DropScriptReply(e.hs.Keys().Schedule(e.q, "s"))
 		v, changed, err := s.SetPaused(e.ctx(), "s", false)
 		mustLose(t, dropped)
 		if err != nil || !changed || v.Paused {
@@ -141,7 +113,7 @@ func TestOperationRetriedAfterALostReplyIsApplied(t *testing.T) {
 		e.create("warm", "@every 1m", "")
 		before := revOf(e)
 		d := schedule.Definition{Name: "s", Spec: "@every 1m", Queue: e.q, Type: "report"}
-		dropped := loseNextReply(p, e.hs.Keys().Schedule(e.q, "s"))
+		dropped := p.DropScriptReply(e.hs.Keys().Schedule(e.q, "s"))
 		v, err := s.Create(e.ctx(), d)
 		mustLose(t, dropped)
 		if err != nil || v.Name != "s" {
@@ -163,7 +135,7 @@ func TestOperationRetriedAfterALostReplyIsApplied(t *testing.T) {
 		if _, _, err := s.Trigger(e.ctx(), "warm"); err != nil {
 			t.Fatal(err)
 		}
-		dropped := loseNextReply(p, e.hs.Keys().Schedule(e.q, "s"))
+		dropped := p.DropScriptReply(e.hs.Keys().Schedule(e.q, "s"))
 		id, v, err := s.Trigger(e.ctx(), "s")
 		mustLose(t, dropped)
 		if err != nil || id == "" || v.LastTask != id || v.Fires != 1 {

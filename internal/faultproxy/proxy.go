@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -157,6 +158,14 @@ func (p *Proxy) DropReply(match func(args []string) bool) <-chan struct{} {
 	}
 	p.drop = &dropArm{match: match, done: make(chan struct{})}
 	return p.drop.done
+}
+
+// DropScriptReply is DropReply for the next script call (EVALSHA) whose
+// first key is key: it runs, and its reply is lost.
+func (p *Proxy) DropScriptReply(key string) <-chan struct{} {
+	return p.DropReply(func(args []string) bool {
+		return len(args) > 3 && strings.EqualFold(args[0], "evalsha") && args[3] == key
+	})
 }
 
 // HoldReply arms a reply that does not come: the next client command (on

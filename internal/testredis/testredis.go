@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/internal/faultproxy"
 )
 
 // EnvURL names the real Redis of the integration suite.
@@ -77,6 +80,30 @@ func client(tb testing.TB, url string) *redis.Client {
 	c := redis.NewClient(opt)
 	tb.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// Proxied starts a fault proxy in front of e's Redis (closed when the test
+// ends) and returns it with a client that reaches Redis through it, with
+// go-redis's default retries (closed too).
+func (e *Env) Proxied(tb testing.TB) (*faultproxy.Proxy, *redis.Client) {
+	tb.Helper()
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = p.Close() })
+	opt, err := redis.ParseURL(e.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opt.Addr = p.Addr()
+	c := redis.NewClient(opt)
+	tb.Cleanup(func() { _ = c.Close() })
+	return p, c
 }
 
 func (e *Env) flushPrefix(tb testing.TB) {
