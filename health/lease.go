@@ -135,7 +135,7 @@ const (
 const renewResends = 3
 
 // RenewLeases is Renew reporting, for each lease, whether it was held,
-// gone and taken again, or lost.
+// gone and taken again, lost, or held as found by a renewal sent again.
 //
 // A renewal that failed (but for a timeout: the error is returned) is sent
 // again here, not by go-redis (it is sent NoRetry): one whose reply was

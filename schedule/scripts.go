@@ -233,15 +233,17 @@ return redis.call("HINCRBY", KEYS[1], "rev", 1)
 // schedule (review after fault explorer E61).
 // KEYS: record, its taken copy. ARGV: 1 the operation's token.
 var takeScript = redis.NewScript(`
-if redis.call("EXISTS", KEYS[1]) == 1 then
+if redis.call("HGET", KEYS[2], "#taken_by") ~= ARGV[1] then
+	-- Not taken by this operation yet (a record created since its first
+	-- run, which a retry must not take, is another's).
+	if redis.call("EXISTS", KEYS[1]) == 0 then
+		return {}
+	end
 	local v = redis.call("HGETALL", KEYS[1])
 	redis.call("RENAME", KEYS[1], KEYS[2])
 	redis.call("HSET", KEYS[2], "#taken_by", ARGV[1])
 	redis.call("PEXPIRE", KEYS[2], 60000)
 	return v
-end
-if redis.call("HGET", KEYS[2], "#taken_by") ~= ARGV[1] then
-	return {}
 end
 local all = redis.call("HGETALL", KEYS[2])
 local v = {}

@@ -222,9 +222,14 @@ func recordLost(w *worker, stored health.Component) (lost, taken bool) {
 }
 
 // recordsLost reads the records of ws, whose slot leases this tick took
-// again after a lapse, and says whether Redis lost one (recordLost). A
-// record another host wrote meanwhile is written again from this host's
-// state.
+// again after a lapse or found held after a renewal that failed (it may
+// have run unanswered and taken them again), and says whether Redis lost
+// one (recordLost). A record another host wrote meanwhile is written again
+// from this host's state. Either way the hold was broken (a lapse has
+// moved heldSince already; an unsure renewal had not): an exit of the
+// process started before is not a crash (holdBroken; review after fault
+// explorer E61: another host may have taken the slot, stopped our process
+// and given the slot up before our unanswered renewal took it again).
 func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error) {
 	var ids []health.ComponentID
 	var rw []*worker
@@ -241,9 +246,12 @@ func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error
 	}
 	for i, w := range rw {
 		lost, taken := recordLost(w, stored[i])
+		if lost || taken {
+			w.heldSince = time.Now()
+		}
 		switch {
 		case lost && !taken:
-			s.logw(w).Warn("its record was lost while its lease lapsed", "stored_status", stored[i].Status, "stored_instance", stored[i].Instance)
+			s.logw(w).Warn("its record was lost while its lease lapsed or was renewed unanswered", "stored_status", stored[i].Status, "stored_instance", stored[i].Instance)
 			return true, nil
 		case taken:
 			// Another host held the slot while the lease lapsed, and gave
@@ -252,7 +260,7 @@ func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error
 			// 247251: an operator's stop, left under the other host's
 			// "stopped for a rebalance", held the slot with no host to
 			// start it). The slot's restart history went with it.
-			s.logw(w).Warn("its record was another host's while its lease lapsed: written again", "stored_host", stored[i].Host,
+			s.logw(w).Warn("its record was another host's while its lease lapsed or was renewed unanswered: written again", "stored_host", stored[i].Host,
 				"stored_status", stored[i].Status, "stored_reason", stored[i].Reason)
 			w.rec.Restarts = stored[i].Restarts
 			_ = s.write(w, health.Write{NoCheck: true, Index: true}) // refused: fenced; failed: written when Redis answers

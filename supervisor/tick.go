@@ -129,7 +129,7 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 		case lostLease:
 			s.log.Warn("a slot lease was gone before it could expire: Redis lost its data; writing the state again")
 		case lostRecord:
-			s.log.Warn("a slot lease lapsed and a worker's record was lost meanwhile: Redis lost its data; writing the state again")
+			s.log.Warn("a slot lease lapsed (or was renewed unanswered) and a worker's record was lost meanwhile: Redis lost its data; writing the state again")
 		case time.Since(s.cluster.hostWritten) >= s.cfg.Lease:
 			s.log.Info("this host's record expired while Redis did not take it, or Redis lost it; writing the state again")
 			why = "state written again after this host's record expired or was lost"
@@ -176,6 +176,7 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 		}
 	}
 	if len(held) == 0 {
+		s.cluster.renewFailed = false // nothing held that a failed renewal can have taken again
 		return nil
 	}
 	keys := make([]string, len(held))
