@@ -151,7 +151,7 @@ func (s *Store) RenewLeases(ctx context.Context, keys []string, me string, lease
 		out, err := s.renewOnce(ctx, keys, me, lease)
 		if err == nil {
 			for i := range out {
-				if n > 0 && out[i] == LeaseHeld {
+				if n > 0 && out[i] == LeaseHeld { // sent again
 					out[i] = LeaseHeldUnsure
 				}
 			}

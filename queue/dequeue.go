@@ -97,10 +97,6 @@ func (h *redisHook) takeToxic(id string) bool {
 	return ok
 }
 
-// A dequeue and an outcome are sent once (health.NoRetry): after a lost
-// reply they must not run again (the dequeue would take a second task; an
-// outcome is kept rather than repeated blindly).
-
 // refusedPause is how long dequeues are refused here after Redis refused
 // one (OOM, READONLY): asynq would otherwise ask again at once, in a loop.
 const refusedPause = time.Second
@@ -153,6 +149,9 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix, health.JobSoloCrashesSuffix, runField)
 	start := h.clock.Now()
 	run := redis.NewCmd(ctx, sargs...)
+	// Sent once: after a lost reply a dequeue sent again would take a
+	// second task (an outcome, outcome.go, is likewise sent once and kept
+	// rather than repeated blindly).
 	err := next(ctx, health.NoRetry{Cmd: run})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		sargs[0], sargs[1] = "eval", vigilDequeueSource

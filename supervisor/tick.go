@@ -164,6 +164,14 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	return s.leaderTick(ctx, ctl)
 }
 
+// readRecordAtTick has this tick read w's record for a loss of Redis's
+// data (cluster.lapsed, recordsLost).
+func (s *Supervisor) readRecordAtTick(w *worker) {
+	if !s.shuttingDown && !slices.Contains(s.cluster.lapsed, w) {
+		s.cluster.lapsed = append(s.cluster.lapsed, w)
+	}
+}
+
 // renewAndFence renews the leases of the slots this host holds, in one
 // round trip, and fences the workers whose lease another host has taken.
 // A fenced worker's lease is not renewed and it is fenced once: its SIGKILL
@@ -234,18 +242,16 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 			// may have lost its data meanwhile: the tick reads its record.
 			if !w.heldAt.IsZero() && !s.leaseStale(w) {
 				s.cluster.leaseLost = true
-			} else if !s.shuttingDown && !slices.Contains(s.cluster.lapsed, w) {
-				s.cluster.lapsed = append(s.cluster.lapsed, w)
+			} else {
+				s.readRecordAtTick(w)
 			}
 			w.heldAt, w.heldSince = sent, sent
 		case health.LeaseHeldUnsure:
 			// Held since the last renewal but for a loss of Redis's data
-			// (a lapse is stale, above), which no other host's takeover
-			// can have followed unseen: heldSince stays.
+			// (a lapse is stale, above): heldSince moves only if the
+			// record read shows a loss or another host (recordsLost).
 			unsure++
-			if !s.shuttingDown && !slices.Contains(s.cluster.lapsed, w) {
-				s.cluster.lapsed = append(s.cluster.lapsed, w)
-			}
+			s.readRecordAtTick(w)
 			w.heldAt = sent
 		default:
 			w.heldAt = sent
