@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sort"
 	"sync"
 	"time"
@@ -170,9 +169,10 @@ type group struct {
 	sub     subscription
 	stream  string
 	clients map[*client]struct{}
-	// url is the request URL r3labs/sse is given for the group's clients:
-	// the stream's name in the query (read only, shared).
-	url *url.URL
+	// req is the request r3labs/sse is given for the group's clients, each
+	// with its own context: the stream's name in the query (read only,
+	// shared).
+	req *http.Request
 }
 
 func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.Clock,

@@ -27,8 +27,13 @@ type client struct {
 	sub    subscription
 	remote string
 	addr   string // the client address its place was acquired for
+	// cancel ends the client's context (it is the broker's: a client on a
+	// connection taken from net/http outlives its handler); stop, when
+	// net/http keeps the connection, stops ending it with the request's.
 	cancel context.CancelFunc
-	// req is the request r3labs/sse serves (sseRequest).
+	stop   func() bool
+	// req is the request r3labs/sse serves: its group's with the client's
+	// context.
 	req *http.Request
 	// w is what r3labs/sse writes the group's stream through (one
 	// allocation with the client).
@@ -36,8 +41,9 @@ type client struct {
 	g        *group
 	dropOnce sync.Once
 
-	// wg counts the join goroutine.
-	wg sync.WaitGroup
+	// wg counts the join goroutine, rwg the reader of a taken connection
+	// (watchConn).
+	wg, rwg sync.WaitGroup
 
 	// Under the broker's mu. joined: caught up, its frames pass through.
 	// While it catches up: seq, the broker's entry count when it connected,
@@ -56,7 +62,7 @@ func (c *client) drop() {
 	c.dropOnce.Do(func() {
 		c.w.drop()
 		c.cancel()
-		_ = c.w.rc.SetWriteDeadline(time.Now())
+		c.w.cut()
 	})
 }
 
@@ -67,6 +73,21 @@ func (b *broker) serve(w http.ResponseWriter, r *http.Request, sub subscription,
 	e, err := b.sharedEnds(r.Context())
 	c := b.open(w, r, sub, lastID, addr, &e, err)
 	if c == nil {
+		return
+	}
+	b.stream(c)
+}
+
+// stream serves an opened client through r3labs/sse and then finishes it:
+// on a connection taken from net/http, on a goroutine of its own (the
+// handler returns, and net/http lets go of what it kept for the
+// connection); else here.
+func (b *broker) stream(c *client) {
+	if c.w.conn != nil {
+		go func() {
+			defer b.finish(c)
+			b.sse.ServeHTTP(&c.w, c.req)
+		}()
 		return
 	}
 	defer b.finish(c)
@@ -99,16 +120,27 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 		return nil
 	}
 	p := plan(lastID, *e)
-	ctx, cancel := context.WithCancel(r.Context())
-	rc := http.NewResponseController(w)
+	ctx, cancel := context.WithCancel(b.ctx)
 	c := &client{sub: sub, remote: r.RemoteAddr, addr: addr, cancel: cancel}
-	c.w.init(w, rc)
-	// An event stream outlives any server-wide write timeout.
-	_ = rc.SetWriteDeadline(time.Time{})
+	var rc *http.ResponseController
+	conn := hijack(w, r)
+	if conn == nil {
+		rc = http.NewResponseController(w)
+		// An event stream outlives any server-wide write timeout.
+		_ = rc.SetWriteDeadline(time.Time{})
+		c.stop = context.AfterFunc(r.Context(), cancel)
+	}
+	c.w.init(w, rc, conn, cancel)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		writeProblem(w, http.StatusServiceUnavailable, "the admin server is shutting down")
+		if conn != nil {
+			_, _ = io.WriteString(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			_ = conn.Close()
+		} else {
+			writeProblem(w, http.StatusServiceUnavailable, "the admin server is shutting down")
+			c.stop()
+		}
 		cancel()
 		b.release(addr)
 		return nil
@@ -121,16 +153,27 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 	b.clients[c.id] = c
 	b.catching[c] = struct{}{}
 	c.seq, c.cursor = b.seq, p.cursor
-	c.req = sseRequest(r.WithContext(ctx), c.g)
+	c.req = c.g.req.WithContext(ctx)
 	b.mu.Unlock()
 
 	// The header r3labs/sse would write, written once, here.
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	w.WriteHeader(http.StatusOK)
-	_ = rc.Flush()
+	if conn != nil {
+		if err := writeHead(conn, h); err != nil {
+			_ = conn.Close() // watchConn ends the client
+		}
+		c.rwg.Add(1)
+		go func() {
+			defer c.rwg.Done()
+			c.w.watchConn()
+		}()
+	} else {
+		h.Set("Connection", "keep-alive")
+		w.WriteHeader(http.StatusOK)
+		_ = rc.Flush()
+	}
 
 	c.wg.Add(1)
 	go func() {
@@ -146,6 +189,12 @@ func (b *broker) finish(c *client) {
 	defer b.release(c.addr)
 	c.cancel()
 	c.wg.Wait()
+	if c.w.conn != nil {
+		c.w.end()
+		c.rwg.Wait()
+	} else {
+		c.stop()
+	}
 	b.mu.Lock()
 	gone := b.leave(c)
 	delete(b.clients, c.id)
@@ -166,26 +215,17 @@ func (b *broker) groupOf(sub subscription) *group {
 	if g == nil {
 		b.nextID++
 		stream := "g" + strconv.FormatUint(b.nextID, 10)
-		g = &group{sub: sub, stream: stream, clients: map[*client]struct{}{},
-			url: &url.URL{Path: eventsPath, RawQuery: url.Values{"stream": {stream}}.Encode()}}
+		g = &group{sub: sub, stream: stream, clients: map[*client]struct{}{}}
+		// No Last-Event-ID: r3labs/sse wants a number; ours are stream
+		// ids, handled by join.
+		g.req = &http.Request{Method: http.MethodGet, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			URL: &url.URL{Path: eventsPath, RawQuery: url.Values{"stream": {stream}}.Encode()}}
 		b.sse.CreateStream(g.stream)
 		b.groups[sub.key] = g
 		b.fresh[sub.key] = g
 		b.subsGen++
 	}
 	return g
-}
-
-// sseRequest is r as r3labs/sse expects it: its stream named in the query
-// (the group's URL, one for all its clients), and no Last-Event-ID (it
-// wants a number; ours are stream ids, handled by join).
-func sseRequest(r *http.Request, g *group) *http.Request {
-	r.URL = g.url
-	if r.Header.Get("Last-Event-ID") != "" {
-		r.Header = r.Header.Clone()
-		r.Header.Del("Last-Event-ID")
-	}
-	return r
 }
 
 // leave takes c out of its group (mu held) and returns the stream to
@@ -261,14 +301,14 @@ func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) error 
 			n := 0
 			for _, f := range pending {
 				if f.id.cmp(cut) > 0 {
-					if _, err := c.w.w.Write(f.b); err != nil {
+					if _, err := c.w.put(f.b); err != nil {
 						return err
 					}
 					cursor, n = f.id, n+1
 				}
 			}
 			if n > 0 {
-				if err := c.w.rc.Flush(); err != nil {
+				if err := c.w.send(); err != nil {
 					return err
 				}
 				b.mu.Lock()
@@ -341,10 +381,10 @@ func (b *broker) replay(ctx context.Context, c *client, cursor, target streamID)
 			return target, nil // trimmed meanwhile: nothing to send
 		}
 		if buf.Len() > 0 {
-			if _, err := c.w.w.Write(buf.Bytes()); err != nil {
+			if _, err := c.w.put(buf.Bytes()); err != nil {
 				return cursor, err
 			}
-			if err := c.w.rc.Flush(); err != nil {
+			if err := c.w.send(); err != nil {
 				return cursor, err
 			}
 		}
@@ -504,9 +544,9 @@ func (b *broker) begin(c *client, p *planned, frames [][]byte) error {
 		return nil
 	}
 	id := []byte(p.cursor.String())
-	// Written piece by piece into the response's own buffer: nothing is
-	// allocated per client but the id.
-	w := c.w.w
+	// Written piece by piece into the response's own buffer (or the
+	// writer's): nothing is allocated per client but the id.
+	w := sink{&c.w}
 	if p.reset != "" {
 		data, _ := json.Marshal(ResetData{LastEventID: truncate(p.lastID, 64), Reason: p.reset})
 		ev, _ := json.Marshal(health.Event{Type: health.EventReset, Timestamp: b.clock.Now().UnixMilli(), Data: data})
@@ -519,7 +559,7 @@ func (b *broker) begin(c *client, p *planned, frames [][]byte) error {
 			return err
 		}
 	}
-	return c.w.rc.Flush()
+	return c.w.send()
 }
 
 // writeFrame writes an event to w as r3labs/sse frames it.

@@ -37,6 +37,9 @@ type sseClient struct {
 	msgs   chan sseMsg
 	cancel context.CancelFunc
 	done   chan struct{}
+	// err is how the response's body ended (nil: cleanly), set before
+	// msgs is closed.
+	err error
 }
 
 // serveHTTP serves h on a loopback port until the test ends (after its
@@ -81,10 +84,16 @@ func trySubscribe(tb testing.TB, base string, topics []string, lastID string) (*
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		tb.Errorf("Content-Type %q", ct)
 	}
+	return newSSEClient(tb, resp, cancel), resp.StatusCode
+}
+
+// newSSEClient reads the event stream resp (whose request cancel ends)
+// until the test ends.
+func newSSEClient(tb testing.TB, resp *http.Response, cancel context.CancelFunc) *sseClient {
 	c := &sseClient{tb: tb, resp: resp, msgs: make(chan sseMsg, 100_000), cancel: cancel, done: make(chan struct{})}
 	go c.read()
 	tb.Cleanup(c.close)
-	return c, resp.StatusCode
+	return c
 }
 
 func (c *sseClient) read() {
@@ -115,6 +124,7 @@ func (c *sseClient) read() {
 			}
 		}
 	}
+	c.err = sc.Err()
 }
 
 func (c *sseClient) close() {

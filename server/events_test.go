@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -434,6 +436,10 @@ func TestEventsCloseWithClients(t *testing.T) {
 		if !c.ended() {
 			t.Fatal("a stream outlived Close")
 		}
+		// Its response ended as it should (the last chunk), not cut.
+		if c.err != nil {
+			t.Errorf("a stream ended with %v", c.err)
+		}
 	}
 	if _, status := trySubscribe(t, base, nil, ""); status != http.StatusServiceUnavailable {
 		t.Fatalf("after Close: %d", status)
@@ -541,5 +547,104 @@ func TestEventsPerAddressCap(t *testing.T) {
 	}
 	if got := open("192.0.2.2"); got != http.StatusOK {
 		t.Errorf("first stream from 192.0.2.2: %d, want 200", got)
+	}
+}
+
+// TestEventsOverHTTP2: a stream net/http keeps (HTTP/2: its connection
+// cannot be taken) gets its snapshot and the events after it, and Close
+// ends it cleanly, as a stream on a taken HTTP/1.1 connection does.
+func TestEventsOverHTTP2(t *testing.T) {
+	h := newHarness(t, setup{})
+	h.seed(h.id(0), health.StatusHealthy, nil)
+	srv, err := server.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv)
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	r, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/api/v1/events?topic="+h.id(0).Topic(), nil)
+	r.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := ts.Client().Do(r)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		cancel()
+		resp.Body.Close()
+		t.Fatalf("%s %d %q, want HTTP/2 200 text/event-stream", resp.Proto, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	c := newSSEClient(t, resp, cancel)
+	if m := c.next(); m.Event != health.EventSnapshot || m.event(t).Topic != h.id(0).Topic() {
+		t.Fatalf("first message %+v, want the snapshot of %s", m, h.id(0))
+	}
+	h.emit(h.id(0).Topic(), "after")
+	if m := c.next(); m.event(t).Topic != h.id(0).Topic() || !strings.Contains(m.Data, "after") {
+		t.Fatalf("%+v, want the event after the snapshot", m)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.ended() {
+		t.Fatal("the stream outlived Close")
+	}
+	if c.err != nil {
+		t.Errorf("the stream ended with %v", c.err)
+	}
+}
+
+// TestEventsClientSendsAfterItsRequest: bytes a client sends on a taken
+// connection after its request do not end its stream (net/http's rule);
+// once it goes, its place is given back.
+func TestEventsClientSendsAfterItsRequest(t *testing.T) {
+	h := newHarness(t, setup{cfg: func(c *server.Config) { c.SSE.MaxClientsPerAddress = 1 }})
+	base := serveHTTP(t, h.h)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	topic := h.id(0).Topic()
+	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", topic, testToken)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.TransferEncoding == nil || resp.TransferEncoding[0] != "chunked" || !resp.Close {
+		t.Fatalf("%d %v close=%v, want 200, chunked, Connection: close", resp.StatusCode, resp.TransferEncoding, resp.Close)
+	}
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	c := newSSEClient(t, resp, func() {})
+	h.emit(topic, "after the bytes")
+	for {
+		m := c.next()
+		if strings.Contains(m.Data, "after the bytes") {
+			break
+		}
+	}
+	// Gone: the place is free again (one per address).
+	conn.Close()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c2, status := trySubscribe(t, base, []string{topic}, "")
+		if status == http.StatusOK {
+			c2.close()
+			break
+		}
+		// Its reader stopped at the bytes: a write finds it gone.
+		h.emit(topic, "a write that finds the client gone")
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("the place of a client that went is not given back: %d", status)
+		}
 	}
 }

@@ -2,9 +2,11 @@ package server
 
 import (
 	"bytes"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Limits of what a joining client's writer holds while the client catches
@@ -34,9 +36,22 @@ const (
 // the client's own start (snapshot, catch-up) beside it while it holds
 // r3labs's frames; then frames pass through. Write and Flush are called by
 // r3labs's loop only; hold, release and drop by others.
+//
+// What reaches the client goes through put and send: to the connection
+// itself when the broker took it from net/http (conn, see hijack), else
+// to the response (w, rc).
 type sseWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
+	// conn is the client's connection, taken from net/http: the response
+	// is written to it in HTTP/1.1 chunks, each frame gathered in out
+	// after chunkRoom bytes kept for its size line. err is the first
+	// write error: the connection is closed then, and gone called (the
+	// client's cancel), as net/http ends a request whose write failed.
+	conn net.Conn
+	out  []byte
+	err  error
+	gone func()
 	// registered is closed at r3labs's WriteHeader: every entry published
 	// to the stream from then on reaches this client.
 	registered chan struct{}
@@ -74,9 +89,107 @@ type heldFrame struct {
 	b  []byte
 }
 
-// init makes s write to w (whose controller is rc).
-func (s *sseWriter) init(w http.ResponseWriter, rc *http.ResponseController) {
-	s.w, s.rc, s.registered = w, rc, make(chan struct{})
+// init makes s write to w (whose controller is rc), or to conn when it is
+// not nil; gone ends the client (a taken connection failed or closed).
+func (s *sseWriter) init(w http.ResponseWriter, rc *http.ResponseController, conn net.Conn, gone func()) {
+	s.w, s.rc, s.conn, s.gone, s.registered = w, rc, conn, gone, make(chan struct{})
+}
+
+// Chunks written to a taken connection: chunkRoom bytes kept before the
+// data for its size line (up to 8 hex digits and CRLF), and a chunk sent
+// once chunkMax bytes are gathered (a snapshot is written in many puts).
+const (
+	chunkRoom = 10
+	chunkMax  = 4 << 10
+)
+
+// put writes p to the client, gathered until send on a taken connection.
+func (s *sseWriter) put(p []byte) (int, error) {
+	if s.conn == nil {
+		return s.w.Write(p)
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	if len(s.out) == 0 {
+		s.out = append(s.out[:0], make([]byte, chunkRoom)...)
+	}
+	s.out = append(s.out, p...)
+	if len(s.out) >= chunkMax {
+		return len(p), s.send()
+	}
+	return len(p), nil
+}
+
+// send writes out what put gathered: flushes the response, or writes one
+// chunk to the connection. A write error on the connection closes it and
+// ends the client (gone).
+func (s *sseWriter) send() error {
+	if s.conn == nil {
+		return s.rc.Flush()
+	}
+	if s.err != nil || len(s.out) <= chunkRoom {
+		return s.err
+	}
+	i := chunkRoom - 2
+	s.out[i], s.out[i+1] = '\r', '\n'
+	for n := len(s.out) - chunkRoom; ; n >>= 4 {
+		i--
+		s.out[i] = "0123456789abcdef"[n&0xf]
+		if n < 16 {
+			break
+		}
+	}
+	s.out = append(s.out, '\r', '\n')
+	_, err := s.conn.Write(s.out[i:])
+	if cap(s.out) > 2*chunkMax {
+		s.out = nil // a large write: do not keep its room
+	} else {
+		s.out = s.out[:0]
+	}
+	if err != nil {
+		s.err = err
+		_ = s.conn.Close()
+		s.gone()
+	}
+	return err
+}
+
+// sink is s as an io.Writer for the join's writes (put).
+type sink struct{ s *sseWriter }
+
+func (w sink) Write(p []byte) (int, error) { return w.s.put(p) }
+
+// cut makes a write stuck on a client that does not read fail at once.
+func (s *sseWriter) cut() {
+	if s.conn != nil {
+		_ = s.conn.SetWriteDeadline(time.Now())
+		return
+	}
+	_ = s.rc.SetWriteDeadline(time.Now())
+}
+
+// watchConn waits on the taken connection for the client to go (or the
+// connection to be closed), then ends the client (gone): net/http's
+// background read. Like it, it stops at the first byte the client sends
+// (nothing is expected after the request): the next failed write then
+// ends the client.
+func (s *sseWriter) watchConn() {
+	var b [1]byte
+	if n, err := s.conn.Read(b[:]); n == 0 || err != nil {
+		s.gone()
+	}
+}
+
+// end ends the response on a taken connection (the last chunk, unless it
+// was dropped or failed) and closes it. The writers are done.
+func (s *sseWriter) end() {
+	if s.mode.Load() != modeDropped && s.err == nil {
+		s.busy.Store(true) // the watchdog cuts it if the client does not read
+		_, _ = s.conn.Write([]byte("0\r\n\r\n"))
+		s.busy.Store(false)
+	}
+	_ = s.conn.Close()
 }
 
 // Header is the response's, written by open already: r3labs/sse sets the
@@ -105,7 +218,7 @@ func (s *sseWriter) Write(p []byte) (int, error) {
 				// waits for the processor between two lines of a frame
 				// is not stuck (the watchdog).
 				s.busy.Store(true)
-				_, err := s.w.Write(p)
+				_, err := s.put(p)
 				s.busy.Store(false)
 				if err != nil {
 					s.skip = true
@@ -128,7 +241,7 @@ func (s *sseWriter) Write(p []byte) (int, error) {
 		s.cur = append(s.cur, p...)
 	default:
 		s.busy.Store(true)
-		_, err := s.w.Write(p)
+		_, err := s.put(p)
 		s.busy.Store(false)
 		if err != nil {
 			s.skip = true
@@ -182,7 +295,7 @@ func (s *sseWriter) Flush() {
 			s.started = false
 			if !s.skip {
 				s.busy.Store(true)
-				_ = s.rc.Flush()
+				_ = s.send()
 				s.busy.Store(false)
 				s.progress.Add(1)
 			}
@@ -215,14 +328,14 @@ func (s *sseWriter) Flush() {
 			return
 		}
 		s.busy.Store(true)
-		_, err := s.w.Write(frame)
+		_, err := s.put(frame)
 		s.busy.Store(false)
 		if err != nil {
 			return
 		}
 	}
 	s.busy.Store(true)
-	_ = s.rc.Flush()
+	_ = s.send()
 	s.busy.Store(false)
 	s.progress.Add(1)
 	if s.mode.Load() == modeLive {

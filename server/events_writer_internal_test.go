@@ -2,10 +2,14 @@ package server
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"strings"
 	"testing"
+	"time"
 )
 
 // r3labsFrame writes an event as r3labs/sse's loop does: a line at a time,
@@ -26,7 +30,7 @@ func r3labsFrame(w *sseWriter, id, data string) {
 func TestSSEWriterPassThrough(t *testing.T) {
 	rec := httptest.NewRecorder()
 	var w sseWriter
-	w.init(rec, http.NewResponseController(rec))
+	w.init(rec, http.NewResponseController(rec), nil, nil)
 	w.WriteHeader(http.StatusOK)
 	w.Flush()
 	r3labsFrame(&w, "1-0", "held")
@@ -68,5 +72,91 @@ func TestSSEWriterPassThrough(t *testing.T) {
 	}
 	if w.busy.Load() || w.progress.Load() != 2 {
 		t.Fatalf("dropped: busy %v progress %d", w.busy.Load(), w.progress.Load())
+	}
+}
+
+// countingConn counts the writes to a connection.
+type countingConn struct {
+	net.Conn
+	writes int
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes++
+	return c.Conn.Write(p)
+}
+
+// TestSSEWriterTakenConnection: on a connection taken from net/http the
+// writer sends HTTP/1.1 chunks that a chunked reader decodes to exactly
+// what was written, one write to the connection per live frame, a large
+// write in one chunk, and the last chunk at the end; a write that fails
+// closes the connection and fails the writes after it.
+func TestSSEWriterTakenConnection(t *testing.T) {
+	server, client := net.Pipe()
+	conn := &countingConn{Conn: server}
+	var w sseWriter
+	ended := false
+	w.init(nil, nil, conn, func() { ended = true })
+	w.WriteHeader(http.StatusOK)
+	w.Flush()
+	if !w.release(zeroID) {
+		t.Fatal("release refused with nothing held")
+	}
+	read := make(chan string, 1)
+	go func() {
+		b, err := io.ReadAll(httputil.NewChunkedReader(client))
+		if err != nil {
+			read <- "error: " + err.Error()
+			return
+		}
+		read <- string(b)
+	}()
+
+	r3labsFrame(&w, "1-0", "one")
+	r3labsFrame(&w, "2-0", "two")
+	big := strings.Repeat("x", 3*chunkMax)
+	if _, err := fmt.Fprint(sink{&w}, big); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.send(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.send(); err != nil { // nothing gathered: nothing sent
+		t.Fatal(err)
+	}
+	if cap(w.out) > 2*chunkMax {
+		t.Errorf("kept %d bytes of room after a large write", cap(w.out))
+	}
+	w.end()
+
+	want := "id: 1-0\ndata: one\nevent: t\n\nid: 2-0\ndata: two\nevent: t\n\n" + big
+	select {
+	case got := <-read:
+		if got != want {
+			t.Fatalf("decoded %d bytes %.80q..., want %d bytes %.80q...", len(got), got, len(want), want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader did not see the last chunk")
+	}
+	// Two frames, the large write, the last chunk.
+	if conn.writes != 4 {
+		t.Errorf("%d writes to the connection, want 4", conn.writes)
+	}
+
+	// A failed write: the connection is closed, the client ended, later
+	// writes fail.
+	if ended {
+		t.Fatal("the client ended before a write failed")
+	}
+	if _, err := w.put([]byte("late")); err == nil {
+		if err := w.send(); err == nil {
+			t.Fatal("a write on a closed connection succeeded")
+		}
+	}
+	if !ended {
+		t.Error("a failed write did not end the client")
+	}
+	if _, err := w.put([]byte("later")); err == nil {
+		t.Fatal("a write after a failed one succeeded")
 	}
 }

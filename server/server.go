@@ -194,11 +194,14 @@ type Server struct {
 }
 
 // ServeHTTP serves the admin API, the docs and the dashboard. It takes GET
-// /api/v1/events itself, before the mux and Huma (openEvents), and stays
-// small: while an event stream lasts, its frame lies on the connection
-// goroutine's stack under r3labs/sse's loop, as the stack's average depth
-// decides the size new goroutines start with (runtime: adaptive initial
-// stacks), so that a deeper one costs every goroutine of every client.
+// /api/v1/events itself, before the mux and Huma (openEvents). Over
+// HTTP/1.1 the stream's connection is taken from net/http and served on a
+// goroutine of the broker's (hijack), and ServeHTTP returns at once; else
+// the stream is served here, and ServeHTTP stays small: while the stream
+// lasts its frame lies on the connection goroutine's stack under
+// r3labs/sse's loop, as the stack's average depth decides the size new
+// goroutines start with (runtime: adaptive initial stacks), so that a
+// deeper one costs every goroutine of every client.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != eventsPath || r.Method != http.MethodGet {
 		s.handler.ServeHTTP(w, r)
@@ -208,8 +211,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c == nil {
 		return
 	}
-	defer s.broker.finish(c)
-	s.broker.sse.ServeHTTP(&c.w, c.req)
+	s.broker.stream(c)
 }
 
 // Close disconnects every event client (they reconnect elsewhere, or here
