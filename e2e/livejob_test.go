@@ -55,7 +55,7 @@ func TestDashboardCurrentJobAfterCatchUp(t *testing.T) {
 
 	// The page loses its stream, and cannot get it back for a while.
 	f.eventsDown.Store(true)
-	f.ts.CloseClientConnections()
+	f.cutClients()
 	p.poll("the page knows", `document.querySelector('#conn').dataset.state === 'reconnecting'`)
 	// Meanwhile: the worker starts j7 (its record then says j7, change 7);
 	// the supervisor's write of a reason, whose script read the record

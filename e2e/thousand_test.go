@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,6 +45,22 @@ type fleet struct {
 	// eventsDown makes GET /api/v1/events answer 503 (a page then
 	// reconnects on its own, from its last event id).
 	eventsDown atomic.Bool
+	// taken are the connections the admin server took from net/http
+	// (its HTTP/1.1 event streams), which ts does not track.
+	mu    sync.Mutex
+	taken []net.Conn
+}
+
+// cutClients closes every client connection, the event streams' too: the
+// network drops them.
+func (f *fleet) cutClients() {
+	f.ts.CloseClientConnections()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.taken {
+		_ = c.Close()
+	}
+	f.taken = nil
 }
 
 // fleetRedis returns a Redis of the test's own and what it is.
@@ -114,13 +132,21 @@ func newFleet(tb testing.TB, n int) *fleet {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if f.eventsDown.Load() && r.URL.Path == "/api/v1/events" {
 			http.Error(w, "down for the test", http.StatusServiceUnavailable)
 			return
 		}
 		srv.ServeHTTP(w, r)
 	}))
+	ts.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateHijacked {
+			f.mu.Lock()
+			f.taken = append(f.taken, c)
+			f.mu.Unlock()
+		}
+	}
+	ts.Start()
 	tb.Cleanup(func() {
 		_ = srv.Close()
 		ts.Close()

@@ -120,6 +120,14 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 		return nil
 	}
 	p := plan(lastID, *e)
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed { // answered before the connection is taken
+		writeProblem(w, http.StatusServiceUnavailable, "the admin server is shutting down")
+		b.release(addr)
+		return nil
+	}
 	ctx, cancel := context.WithCancel(b.ctx)
 	c := &client{sub: sub, remote: r.RemoteAddr, addr: addr, cancel: cancel}
 	var rc *http.ResponseController
@@ -129,14 +137,19 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 		// An event stream outlives any server-wide write timeout.
 		_ = rc.SetWriteDeadline(time.Time{})
 		c.stop = context.AfterFunc(r.Context(), cancel)
+		c.w.init(w, rc, nil, cancel)
+	} else {
+		// Nothing of net/http's is kept: its response holds the
+		// connection's buffers, and its header map is the middleware's
+		// once the handler returns.
+		c.w.init(nil, nil, conn, cancel)
 	}
-	c.w.init(w, rc, conn, cancel)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		if conn != nil {
 			_, _ = io.WriteString(conn, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			_ = conn.Close()
+			closeConn(conn, true)
 		} else {
 			writeProblem(w, http.StatusServiceUnavailable, "the admin server is shutting down")
 			c.stop()
@@ -162,7 +175,7 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 	h.Set("Cache-Control", "no-cache")
 	if conn != nil {
 		if err := writeHead(conn, h); err != nil {
-			_ = conn.Close() // watchConn ends the client
+			cancel() // the client is gone: join and r3labs/sse end
 		}
 		c.rwg.Add(1)
 		go func() {

@@ -36,6 +36,7 @@ func writeHead(conn net.Conn, h http.Header) error {
 	if h.Get("Date") == "" {
 		h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	}
+	h.Del("Content-Length")
 	h.Set("Transfer-Encoding", "chunked")
 	h.Set("Connection", "close")
 	var b bytes.Buffer

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"crypto/tls"
 	"net"
 	"net/http"
 	"sync"
@@ -149,7 +150,7 @@ func (s *sseWriter) send() error {
 	}
 	if err != nil {
 		s.err = err
-		_ = s.conn.Close()
+		closeConn(s.conn, true)
 		s.gone()
 	}
 	return err
@@ -182,20 +183,41 @@ func (s *sseWriter) watchConn() {
 }
 
 // end ends the response on a taken connection (the last chunk, unless it
-// was dropped or failed) and closes it. The writers are done.
+// was dropped or failed) and closes it. The writers are done. A client
+// that does not take the last chunk within stallCheck is cut (the
+// watchdog looks only at joined clients).
 func (s *sseWriter) end() {
-	if s.mode.Load() != modeDropped && s.err == nil {
-		s.busy.Store(true) // the watchdog cuts it if the client does not read
-		_, _ = s.conn.Write([]byte("0\r\n\r\n"))
-		s.busy.Store(false)
+	if s.mode.Load() == modeDropped || s.err != nil {
+		closeConn(s.conn, true)
+		return
 	}
-	_ = s.conn.Close()
+	_ = s.conn.SetWriteDeadline(time.Now().Add(stallCheck))
+	_, err := s.conn.Write([]byte("0\r\n\r\n"))
+	closeConn(s.conn, err != nil)
+}
+
+// closeConn closes a taken connection; hard, one over TLS is closed
+// without its close_notify, which could wait 5 s for a client that does
+// not read.
+func closeConn(conn net.Conn, hard bool) {
+	if tc, ok := conn.(*tls.Conn); ok && hard {
+		_ = tc.NetConn().Close()
+		return
+	}
+	_ = conn.Close()
 }
 
 // Header is the response's, written by open already: r3labs/sse sets the
 // same three fields in it again, to no effect (a new map each time, as
-// before, cost three maps per client).
-func (s *sseWriter) Header() http.Header { return s.w.Header() }
+// before, cost three maps per client). On a taken connection it is a map
+// of its own, unused: the response's is net/http's, and its middleware's
+// once the handler returned.
+func (s *sseWriter) Header() http.Header {
+	if s.w == nil {
+		return http.Header{}
+	}
+	return s.w.Header()
+}
 
 // WriteHeader is r3labs's, once its subscriber is registered.
 func (s *sseWriter) WriteHeader(int) {
@@ -378,8 +400,11 @@ func (s *sseWriter) release(from streamID) bool {
 	if len(s.held) > 0 || s.overflow != zeroID || s.mode.Load() != modeHold {
 		return false
 	}
+	if cap(s.out) > 1<<10 {
+		s.out = nil // what the snapshot grew it to: frames need less
+	}
 	s.liveFrom, s.filtering = from, true
-	s.mode.Store(modeLive)
+	s.mode.Store(modeLive) // then r3labs's loop writes, out too
 	return true
 }
 
