@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -86,6 +87,13 @@ func (b *broker) stream(c *client) {
 	if c.w.conn != nil {
 		go func() {
 			defer b.finish(c)
+			// A panic ends this client only, as net/http's recovery
+			// did for a handler.
+			defer func() {
+				if v := recover(); v != nil {
+					b.log.Error("events: panic serving a client", "client", c.id, "remote", c.remote, "panic", v, "stack", string(debug.Stack()))
+				}
+			}()
 			b.sse.ServeHTTP(&c.w, c.req)
 		}()
 		return
