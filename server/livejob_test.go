@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -77,12 +78,19 @@ func TestCurrentJobEventsEndAtTheRecord(t *testing.T) {
 		// healthy, written by the supervisor and the new process's
 		// heartbeat between the jobs' current-job changes.
 		decode[server.WorkerAction](t, h.post("/api/v1/workers/"+id.String()+"/restart", ""), http.StatusOK)
-		rec := h.waitStatus(id, health.StatusHealthy, false)
+		h.waitStatus(id, health.StatusHealthy, false)
 		// Its announcement too (the heartbeat writes it after the record,
-		// and a loaded machine may delay it past the next job's events).
+		// and a loaded machine may delay it past the next job's events):
+		// the announcement of the process the record names when it comes
+		// (on a loaded machine the new process may itself be replaced
+		// before it announced itself; its successor's counts).
 		h.waitStream(func(e health.Event) bool {
-			return e.Type == health.EventWorker && e.Worker != nil && e.Worker.Component == id.String() &&
-				e.Worker.Status == string(health.StatusHealthy) && e.Worker.PID == rec.PID
+			if e.Type != health.EventWorker || e.Worker == nil || e.Worker.Component != id.String() ||
+				e.Worker.Status != string(health.StatusHealthy) {
+				return false
+			}
+			cur, err := h.store.Get(ctx(t), id)
+			return err == nil && cur.Status == health.StatusHealthy && e.Worker.PID == cur.PID
 		})
 		t.Logf("round %d: restarted", round)
 	}
@@ -144,7 +152,14 @@ func (h *harness) waitStream(ok func(health.Event) bool) {
 		case errors.Is(err, redis.Nil):
 			continue
 		case err != nil:
-			h.tb.Fatalf("wait for an event: %v", err)
+			var tail []string
+			if msgs, rerr := h.redis.Client.XRevRangeN(context.Background(), h.store.Keys().Events(), "+", "-", 15).Result(); rerr == nil {
+				for _, m := range msgs {
+					data, _ := m.Values["data"].(string)
+					tail = append(tail, m.ID+" "+truncateForLog(data, 200))
+				}
+			}
+			h.tb.Fatalf("wait for an event: %v; the stream's last entries, newest first:\n%s", err, strings.Join(tail, "\n"))
 		}
 		for _, m := range res[0].Messages {
 			last = m.ID
@@ -359,4 +374,12 @@ func expectWorkerUpdate(t *testing.T, c *sseClient, what string, ok func(*health
 	if w := m.event(t).Worker; !ok(w) {
 		t.Fatalf("%s: got %+v", what, w)
 	}
+}
+
+// truncateForLog cuts s to n bytes for a failure message.
+func truncateForLog(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
