@@ -151,9 +151,9 @@ type broker struct {
 	endsRunning, endsNext *endsRead
 	readEnds              func(context.Context) (streamEnds, error)
 	onEndsWait            func()
-	// left is closed, and replaced, whenever a client has left (tests
-	// wait on it).
-	left chan struct{}
+	// moved is closed, and replaced, whenever a client has left or has
+	// caught up (tests wait on it).
+	moved chan struct{}
 }
 
 // brokerStats count what the broker did (for tests and metrics).
@@ -189,7 +189,7 @@ func newBroker(cfg SSEConfig, store *health.Store, log *slog.Logger, clk clock.C
 		cfg:    cfg, store: store, log: log, clock: clk, wclock: clk, snapshot: snapshot, onEntry: onEntry,
 		sse: s, ready: make(chan struct{}),
 		groups: map[string]*group{}, clients: map[string]*client{}, catching: map[*client]struct{}{},
-		perAddr: map[string]int{}, fresh: map[string]*group{}, views: newWorkerViews(store, log), left: make(chan struct{}),
+		perAddr: map[string]int{}, fresh: map[string]*group{}, views: newWorkerViews(store, log), moved: make(chan struct{}),
 		snaps: map[string]*snapSlot{},
 	}
 	b.readEnds = func(ctx context.Context) (streamEnds, error) {

@@ -220,13 +220,19 @@ func (b *broker) finish(c *client) {
 	gone := b.leave(c)
 	delete(b.clients, c.id)
 	delete(b.catching, c)
-	close(b.left)
-	b.left = make(chan struct{})
+	b.clientsMoved()
 	b.mu.Unlock()
 	if gone != "" {
 		// No subscriber is left: none waits to deregister.
 		b.sse.RemoveStream(gone)
 	}
+}
+
+// clientsMoved wakes whoever waits for a client to leave or catch up
+// (mu held).
+func (b *broker) clientsMoved() {
+	close(b.moved)
+	b.moved = make(chan struct{})
 }
 
 // groupOf returns the group of sub, made with its stream if it has none
@@ -351,6 +357,7 @@ func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) error 
 				defer b.mu.Unlock()
 				delete(b.catching, c)
 				c.joined = b.clients[c.id] == c
+				b.clientsMoved()
 				return nil
 			}
 			pending = nil

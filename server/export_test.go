@@ -12,7 +12,7 @@ func SetHistoryScanMax(n int) (restore func()) {
 
 // EventStreams returns the r3labs/sse stream of each pattern set the broker
 // serves, whether each exists in r3labs/sse, and a channel closed when a
-// client next leaves.
+// client next leaves or catches up.
 func EventStreams(s *Server) (streams map[string]bool, left <-chan struct{}) {
 	b := s.broker
 	b.mu.Lock()
@@ -21,7 +21,7 @@ func EventStreams(s *Server) (streams map[string]bool, left <-chan struct{}) {
 	for _, g := range b.groups {
 		streams[g.stream] = b.sse.StreamExists(g.stream)
 	}
-	return streams, b.left
+	return streams, b.moved
 }
 
 // StreamExists reports whether r3labs/sse has the stream id.
@@ -42,3 +42,13 @@ func SetWatchdogClock(s *Server, c clock.Clock) {
 
 // StallCheck is the watchdog's period.
 const StallCheck = stallCheck
+
+// Catching returns how many clients are still catching up (they read the
+// stream on their own: an entry may reach them before the broker's own
+// read) and a channel closed when a client next leaves or catches up.
+func Catching(s *Server) (n int, moved <-chan struct{}) {
+	b := s.broker
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.catching), b.moved
+}

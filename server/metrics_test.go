@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/testredis"
@@ -80,6 +81,16 @@ func TestMetricsOfTheEventStream(t *testing.T) {
 	}
 	if !strings.Contains(scrape(), "vigil_sse_clients 1\n") {
 		t.Fatalf("one client connected:\n%s", grep(scrape(), "vigil_sse"))
+	}
+	// Until it has caught up, the client reads the stream on its own and
+	// may get the entry below before the broker has read (and counted) it.
+	deadline := time.After(10 * time.Second)
+	for n, moved := server.Catching(h); n > 0; n, moved = server.Catching(h) {
+		select {
+		case <-moved:
+		case <-deadline:
+			t.Fatalf("the client is still catching up")
+		}
 	}
 	if _, err := store.AddEvent(t.Context(), health.Event{Topic: "host:x:status", Type: health.EventHost, Data: []byte(`{"host":"x"}`)}); err != nil {
 		t.Fatal(err)
