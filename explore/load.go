@@ -17,6 +17,9 @@ import (
 const (
 	overLate  = 250 * time.Millisecond
 	overRedis = 250 * time.Millisecond
+	// overReap: a SIGKILLed supervisor is reaped in a few milliseconds
+	// on a quiet machine.
+	overReap = 250 * time.Millisecond
 )
 
 // loadAvg reads the 1-minute load average (0 if unknown).
@@ -42,6 +45,18 @@ type loadMeter struct {
 	maxLoad           float64
 	hostLate          time.Duration // the worst lag a host reported
 	hostLateN         int
+	maxReap           time.Duration // the slowest reaping of a SIGKILLed host
+	slowReapN         int
+}
+
+// reap records that a SIGKILLed host took d to be reaped.
+func (m *loadMeter) reap(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.maxReap = max(m.maxReap, d)
+	if d > overReap {
+		m.slowReapN++
+	}
 }
 
 // hostLag records that a host process woke d late.
@@ -80,10 +95,10 @@ func (m *loadMeter) redis(d time.Duration) {
 func (m *loadMeter) overloaded() (bool, string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	why := fmt.Sprintf("sampler up to %s late (%d times over %s), hosts up to %s late (%d times), Redis reads up to %s (%d over %s), load average up to %.1f",
+	why := fmt.Sprintf("sampler up to %s late (%d times over %s), hosts up to %s late (%d times), Redis reads up to %s (%d over %s), SIGKILLed hosts reaped in up to %s (%d over %s), load average up to %.1f",
 		m.maxLate.Round(time.Millisecond), m.lateN, overLate, m.hostLate.Round(time.Millisecond), m.hostLateN,
-		m.maxRedis.Round(time.Millisecond), m.slowN, overRedis, m.maxLoad)
-	return m.lateN > 0 || m.hostLateN > 0 || m.slowN > 1, why
+		m.maxRedis.Round(time.Millisecond), m.slowN, overRedis, m.maxReap.Round(time.Millisecond), m.slowReapN, overReap, m.maxLoad)
+	return m.lateN > 0 || m.hostLateN > 0 || m.slowN > 1 || m.slowReapN > 0, why
 }
 
 // meterLag measures, until the returned func is called, how late a ticker

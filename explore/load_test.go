@@ -21,6 +21,15 @@ func TestLoadMeter(t *testing.T) {
 	if over, _ := n.overloaded(); !over {
 		t.Fatal("a sampler woken late: not overloaded")
 	}
+	var k loadMeter
+	k.reap(20 * time.Millisecond)
+	if over, why := k.overloaded(); over {
+		t.Fatalf("a host reaped in 20 ms: overloaded: %s", why)
+	}
+	k.reap(overReap + time.Millisecond)
+	if over, _ := k.overloaded(); !over {
+		t.Fatal("a SIGKILLed host reaped late: not overloaded")
+	}
 }
 
 func TestLoadAverage(t *testing.T) {
