@@ -550,10 +550,17 @@ func TestEventsPerAddressCap(t *testing.T) {
 	}
 }
 
-// TestEventsOverHTTP2: a stream net/http keeps (HTTP/2: its connection
+// TestEventsOverTLS: a stream net/http keeps (HTTP/2: its connection
 // cannot be taken) gets its snapshot and the events after it, and Close
-// ends it cleanly, as a stream on a taken HTTP/1.1 connection does.
-func TestEventsOverHTTP2(t *testing.T) {
+// ends it cleanly, as a stream on a taken HTTP/1.1 TLS connection does.
+func TestEventsOverTLS(t *testing.T) {
+	t.Run("HTTP/2", func(t *testing.T) { testEventsOverTLS(t, true) })
+	// Over HTTP/1.1 the broker takes the TLS connection from net/http
+	// and ends it itself (close_notify, then the TCP connection).
+	t.Run("HTTP/1.1 taken", func(t *testing.T) { testEventsOverTLS(t, false) })
+}
+
+func testEventsOverTLS(t *testing.T, h2 bool) {
 	h := newHarness(t, setup{})
 	h.seed(h.id(0), health.StatusHealthy, nil)
 	srv, err := server.New(h.cfg)
@@ -561,7 +568,7 @@ func TestEventsOverHTTP2(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := httptest.NewUnstartedServer(srv)
-	ts.EnableHTTP2 = true
+	ts.EnableHTTP2 = h2
 	ts.StartTLS()
 	t.Cleanup(ts.Close)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -572,10 +579,21 @@ func TestEventsOverHTTP2(t *testing.T) {
 		cancel()
 		t.Fatal(err)
 	}
-	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+	want := 1
+	if h2 {
+		want = 2
+	}
+	if resp.ProtoMajor != want || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 		cancel()
 		resp.Body.Close()
-		t.Fatalf("%s %d %q, want HTTP/2 200 text/event-stream", resp.Proto, resp.StatusCode, resp.Header.Get("Content-Type"))
+		t.Fatalf("%s %d %q, want HTTP/%d 200 text/event-stream", resp.Proto, resp.StatusCode, resp.Header.Get("Content-Type"), want)
+	}
+	// Connection: close is the broker's head on a taken connection;
+	// net/http would keep it open.
+	if !h2 && (!resp.Close || len(resp.TransferEncoding) == 0 || resp.TransferEncoding[0] != "chunked") {
+		cancel()
+		resp.Body.Close()
+		t.Fatalf("close=%v %v, want the broker's own head (Connection: close, chunked)", resp.Close, resp.TransferEncoding)
 	}
 	c := newSSEClient(t, resp, cancel)
 	if m := c.next(); m.Event != health.EventSnapshot || m.event(t).Topic != h.id(0).Topic() {
