@@ -491,6 +491,137 @@ func TestLostRenewalReplyIsNoDataLoss(t *testing.T) {
 	}
 }
 
+// TestLostRenewalReplyHidesNoDataLoss: Redis lost a slot's record and
+// lease, and this host's next renewal ran after the loss, took the lease
+// again (LeaseRetaken), and its reply was lost. The renewal sent again
+// found the lease this host's: "held". Before 056a74c that hid the loss:
+// the record stayed gone (review after fault explorer E61, E30's schedule
+// with a lost reply). A renewal sent again now reads the records; the lost
+// one is written again, its worker untouched, no restart counted.
+func TestLostRenewalReplyHidesNoDataLoss(t *testing.T) {
+	t.Parallel()
+	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy: longBackoff,
+		Lease:  3 * time.Second,
+	})
+	id := ids("q", 2)
+	h.start()
+	before := h.waitHealthy(id...)
+	mark := h.logs.mark()
+	keys := direct.Keys()
+	lost := []string{keys.Component(id[0]), keys.Slot(id[0])}
+	var delErr error
+	var first time.Time
+	// The proxy asks the matcher before it forwards the command: the keys
+	// are gone when the renewal runs, and its reply is then lost. Not the
+	// first tick's renewal: its first call finds the script not loaded yet
+	// (NOSCRIPT), so the renewal of the tick after is the one.
+	dropped := sup.DropReply(func(args []string) bool {
+		if len(args) != 6 || !strings.EqualFold(args[0], "evalsha") || args[2] != "1" || args[3] != keys.Slot(id[0]) {
+			return false
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if time.Since(first) < time.Second/2 { // a tick comes every lease/3 (1 s)
+			return false
+		}
+		delErr = direct.Client().Del(context.Background(), lost...).Err()
+		return true
+	})
+	select {
+	case <-dropped:
+	case <-time.After(waitTimeout):
+		t.Fatal("no renewal's reply was lost")
+	}
+	if delErr != nil {
+		t.Fatal(delErr)
+	}
+	h.logs.wait(t, mark, waitTimeout, "component="+id[0].String(), "its record was lost while its lease lapsed or was renewed unanswered")
+	c := waitFor(t, direct, id[0], func(c health.Component) bool { return c.Instance == before[0].Instance })
+	if c.Status != health.StatusHealthy || c.PID != before[0].PID || c.Restarts.RestartCount != 0 {
+		t.Errorf("%s written again as %s; before the loss: %s", id[0], describe(c), describe(before[0]))
+	}
+	for i, c := range h.sync() {
+		if c.Status != health.StatusHealthy || c.PID != before[i].PID || c.Restarts.RestartCount != 0 {
+			t.Errorf("after the loss %s is %s; before: %s", id[i], describe(c), describe(before[i]))
+		}
+	}
+	if held, err := direct.LeaseHolders(context.Background(), []string{keys.Slot(id[0])}); err != nil || health.LeaseHost(held[0]) != before[0].Host {
+		t.Errorf("lease of %s: %q, %v; want %s's", id[0], held, err, before[0].Host)
+	}
+}
+
+// TestLostRenewalReplyOverATakeoverCountsNoCrash: while this host's
+// renewals were not getting through, another host took the slot (its
+// lease gone), stopped our process, and gave the slot up; our renewal then
+// took the lease again and its reply was lost. The renewal sent again finds
+// the lease this host's (unsure), and the record read finds the other
+// host's: the hold was broken, so the exit of the process it stopped is no
+// crash. Before 1adad7e the hold's start (heldSince) stayed, the exit was
+// judged under a lease that looked held all along, and a restart was
+// counted with no crash (invariant 5; review after fault explorer E61).
+func TestLostRenewalReplyOverATakeoverCountsNoCrash(t *testing.T) {
+	t.Parallel()
+	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
+		Pools:       []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy:      shortBackoff,
+		Lease:       3 * time.Second,
+		StopTimeout: time.Second, // the restart waits for the other host's SIGKILL: a third of a lease + stop_timeout
+	})
+	id := ids("q", 1)[0]
+	h.start()
+	before := h.waitHealthy(id)[0]
+	mark := h.logs.mark()
+	keys := direct.Keys()
+	var setErr error
+	var first time.Time
+	// What the other host did, in the instant before our renewal runs:
+	// its takeover stopped our process, it wrote its record, and it gave
+	// the slot up (its lease gone). Our renewal then takes the lease again,
+	// and its reply is lost. (Not the first tick's renewal: see
+	// TestLostRenewalReplyHidesNoDataLoss.)
+	dropped := sup.DropReply(func(args []string) bool {
+		if len(args) != 6 || !strings.EqualFold(args[0], "evalsha") || args[2] != "1" || args[3] != keys.Slot(id) {
+			return false
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if time.Since(first) < time.Second/2 {
+			return false
+		}
+		other := before
+		other.Host, other.Instance, other.Status, other.Reason, other.PID = "h2", "other", health.StatusStopped, "rebalance", 0
+		ctx := context.Background()
+		if setErr = syscall.Kill(before.PID, syscall.SIGKILL); setErr == nil {
+			if _, setErr = direct.Write(ctx, other, health.Write{NoCheck: true}); setErr == nil {
+				setErr = direct.Client().Del(ctx, keys.Slot(id)).Err()
+			}
+		}
+		return true
+	})
+	select {
+	case <-dropped:
+	case <-time.After(waitTimeout):
+		t.Fatal("no renewal's reply was lost")
+	}
+	if setErr != nil {
+		t.Fatal(setErr)
+	}
+	h.logs.wait(t, mark, waitTimeout, "component="+id.String(), "its record was another host's while its lease lapsed or was renewed unanswered")
+	c := h.waitFor(id, func(c health.Component) bool {
+		return c.Status == health.StatusHealthy && c.PID != before.PID && c.Instance == before.Instance
+	})
+	if c.Restarts.RestartCount != 0 || c.Restarts.LifetimeRestarts != 0 {
+		t.Errorf("%s after the takeover: %s, want no restart counted", id, describe(c))
+	}
+	if i, found := h.logs.find(mark, `msg="worker crashed"`); found {
+		t.Errorf("the exit the other host caused was counted: %s", h.logs.line(i))
+	}
+}
+
 // stoppedBesideRunning starts h's pool q of two workers and has an
 // operator stop the first: it returns the stopped (held) and the running
 // slot, read from store.
