@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -21,6 +22,10 @@ import (
 
 // replayPage is how many stream entries a catch-up reads at a time.
 const replayPage = 500
+
+// errDropped ends the join of a client dropped meanwhile (it lagged, or
+// the broker is closing).
+var errDropped = errors.New("the client was dropped")
 
 // client is one connection to GET /api/v1/events.
 type client struct {
@@ -183,7 +188,8 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 	h.Set("Cache-Control", "no-cache")
 	if conn != nil {
 		if err := writeHead(conn, h); err != nil {
-			cancel() // the client is gone: join and r3labs/sse end
+			c.w.err = err // nothing more is written to it, the last chunk neither
+			cancel()      // the client is gone: join and r3labs/sse end
 		}
 		c.rwg.Add(1)
 		go func() {
@@ -303,7 +309,7 @@ func (b *broker) join(ctx context.Context, c *client, p *planned) {
 	if err == nil {
 		err = b.catchUp(ctx, c, p.cursor)
 	}
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errDropped) {
 		b.log.Warn("events: start a client", "client", c.id, "err", err)
 		c.drop()
 	}
@@ -359,6 +365,12 @@ func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) error 
 				c.joined = b.clients[c.id] == c
 				b.clientsMoved()
 				return nil
+			}
+			if c.w.mode.Load() == modeDropped {
+				// Dropped with nothing left to write: release never
+				// succeeds, and this loop would spin (and the client's
+				// finish wait for it) forever.
+				return errDropped
 			}
 			pending = nil
 		}
