@@ -19,8 +19,13 @@ import (
 // stream uses; the handler returns and the broker serves it (stream,
 // watchConn, end), writing the response as net/http would: a status line,
 // the header, HTTP/1.1 chunks, the last chunk when it ends.
+//
+// Not when a wrapper has declared it transforms the body (an embedder's
+// compression middleware sets Content-Encoding before it calls the
+// handler, and passes Hijack through): the stream written past it would
+// not be what the header says, and a client would read garbage.
 func hijack(w http.ResponseWriter, r *http.Request) net.Conn {
-	if r.ProtoMajor != 1 || r.ProtoMinor < 1 {
+	if r.ProtoMajor != 1 || r.ProtoMinor < 1 || w.Header().Get("Content-Encoding") != "" {
 		return nil
 	}
 	conn, _, err := http.NewResponseController(w).Hijack()
