@@ -151,7 +151,7 @@ type broker struct {
 	endsRunning, endsNext *endsRead
 	readEnds              func(context.Context) (streamEnds, error)
 	onEndsWait            func()
-	// moved is closed, and replaced, whenever a client has left or has
+	// moved is closed, and replaced, whenever a client has come, left or
 	// caught up (tests wait on it).
 	moved chan struct{}
 }
@@ -628,10 +628,11 @@ func (b *broker) lagged(c *client) {
 	c.drop()
 }
 
-// watchdog disconnects the joined clients whose write has not moved since
-// its last look, a stallCheck ago: r3labs/sse's stream hands each frame to
+// watchdog disconnects the clients whose write has not moved since its
+// last look, a stallCheck ago: r3labs/sse's stream hands each frame to
 // each subscriber in turn, and a subscriber whose 64 frames wait would hold
-// up the others.
+// up the others; a client stuck in the write of its snapshot or catch-up
+// would hold its connection and its place until Close.
 func (b *broker) watchdog() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -639,15 +640,13 @@ func (b *broker) watchdog() {
 		return
 	}
 	for _, c := range b.clients {
-		if !c.joined {
-			continue
-		}
 		p := c.w.progress.Load()
 		if c.w.busy.Load() && p == c.seen {
 			b.stats.Dropped++
 			b.metrics.SSELagged()
-			b.log.Info("events: disconnecting a client that does not read", "client", c.id, "stalled", stallCheck, "remote", c.remote)
+			b.log.Info("events: disconnecting a client that does not read", "client", c.id, "stalled", stallCheck, "remote", c.remote, "joined", c.joined)
 			c.joined = false
+			delete(b.catching, c)
 			c.drop()
 		}
 		c.seen = p

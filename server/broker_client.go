@@ -23,6 +23,10 @@ import (
 // replayPage is how many stream entries a catch-up reads at a time.
 const replayPage = 500
 
+// notSeen is a client's seen before the watchdog's first look at it: a
+// write under way then may have begun just now.
+const notSeen = ^uint64(0)
+
 // errDropped ends the join of a client dropped meanwhile (it lagged, or
 // the broker is closing).
 var errDropped = errors.New("the client was dropped")
@@ -54,7 +58,7 @@ type client struct {
 	// Under the broker's mu. joined: caught up, its frames pass through.
 	// While it catches up: seq, the broker's entry count when it connected,
 	// and cursor, the last entry it had (broker.behind). seen: its
-	// writer's progress at the watchdog's last look.
+	// writer's progress at the watchdog's last look (notSeen before it).
 	joined bool
 	seq    int64
 	cursor streamID
@@ -142,7 +146,7 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 		return nil
 	}
 	ctx, cancel := context.WithCancel(b.ctx)
-	c := &client{sub: sub, remote: r.RemoteAddr, addr: addr, cancel: cancel}
+	c := &client{sub: sub, remote: r.RemoteAddr, addr: addr, cancel: cancel, seen: notSeen}
 	var rc *http.ResponseController
 	conn := hijack(w, r)
 	if conn == nil {
@@ -178,6 +182,7 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 	c.g.clients[c] = struct{}{}
 	b.clients[c.id] = c
 	b.catching[c] = struct{}{}
+	b.clientsMoved()
 	c.seq, c.cursor = b.seq, p.cursor
 	c.req = c.g.req.WithContext(ctx)
 	b.mu.Unlock()
@@ -234,8 +239,8 @@ func (b *broker) finish(c *client) {
 	}
 }
 
-// clientsMoved wakes whoever waits for a client to leave or catch up
-// (mu held).
+// clientsMoved wakes whoever waits for a client to come, leave or catch
+// up (mu held).
 func (b *broker) clientsMoved() {
 	close(b.moved)
 	b.moved = make(chan struct{})
@@ -334,14 +339,14 @@ func (b *broker) catchUp(ctx context.Context, c *client, cursor streamID) error 
 			n := 0
 			for _, f := range pending {
 				if f.id.cmp(cut) > 0 {
-					if _, err := c.w.put(f.b); err != nil {
+					if _, err := c.w.joinPut(f.b); err != nil {
 						return err
 					}
 					cursor, n = f.id, n+1
 				}
 			}
 			if n > 0 {
-				if err := c.w.send(); err != nil {
+				if err := c.w.joinSend(); err != nil {
 					return err
 				}
 				b.mu.Lock()
@@ -421,10 +426,10 @@ func (b *broker) replay(ctx context.Context, c *client, cursor, target streamID)
 			return target, nil // trimmed meanwhile: nothing to send
 		}
 		if buf.Len() > 0 {
-			if _, err := c.w.put(buf.Bytes()); err != nil {
+			if _, err := c.w.joinPut(buf.Bytes()); err != nil {
 				return cursor, err
 			}
-			if err := c.w.send(); err != nil {
+			if err := c.w.joinSend(); err != nil {
 				return cursor, err
 			}
 		}
@@ -599,7 +604,7 @@ func (b *broker) begin(c *client, p *planned, frames [][]byte) error {
 			return err
 		}
 	}
-	return c.w.send()
+	return c.w.joinSend()
 }
 
 // writeFrame writes an event to w as r3labs/sse frames it.

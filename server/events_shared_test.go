@@ -262,3 +262,53 @@ func TestEventsStuckClientDropped(t *testing.T) {
 		t.Fatalf("the client that does not read was not disconnected: %v", err)
 	}
 }
+
+// TestEventsStuckInItsStartDropped: a client that resumes far behind and
+// never reads. Its catch-up (19 MB) fills the socket and its write blocks;
+// the watchdog looked only at joined clients, so the client, its
+// connection and its place stayed until Close. Two looks of the watchdog
+// now drop it as they drop a joined client that does not read.
+func TestEventsStuckInItsStartDropped(t *testing.T) {
+	h := newHarness(t, setup{})
+	srv := h.h.(*server.Server)
+	fake := clock.NewFake(time.Now())
+	server.SetWatchdogClock(srv, fake)
+	base := serveHTTP(t, srv)
+	topic := h.id(0).Topic()
+	pad := strings.Repeat("x", 64<<10)
+	const n = 300 // 19 MB: more than the sleeper's socket buffers
+	first := h.emit(topic, pad)
+	for range n - 1 {
+		h.emit(topic, pad)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nLast-Event-ID: %s\r\n\r\n", topic, testToken, first)
+	// Its catch-up is under way and stuck: nothing more is written.
+	deadline := time.After(10 * time.Second)
+	for n, moved := server.Catching(srv); n != 1; n, moved = server.Catching(srv) {
+		select {
+		case <-moved:
+		case <-deadline:
+			t.Fatalf("%d clients catching up, want the sleeper", n)
+		}
+	}
+	// One look of the watchdog at a time until it drops the client: it
+	// reads the stream from Redis first, and only its stuck write counts.
+	for n, moved := server.Catching(srv); n != 0; n, moved = server.Catching(srv) {
+		fake.Advance(server.StallCheck)
+		select {
+		case <-moved:
+		case <-time.After(100 * time.Millisecond): // the next look
+		case <-deadline:
+			t.Fatal("the client stuck in its catch-up is still there")
+		}
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); err != nil {
+		t.Fatalf("the connection of the client stuck in its catch-up was not closed: %v", err)
+	}
+}

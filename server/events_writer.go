@@ -78,8 +78,8 @@ type sseWriter struct {
 	liveFrom  streamID
 	filtering bool
 
-	// busy is set while a live write is under way and progress counts the
-	// frames written (the broker's watchdog reads both).
+	// busy is set while a write is under way and progress counts the
+	// writes (the broker's watchdog reads both).
 	busy     atomic.Bool
 	progress atomic.Uint64
 }
@@ -156,10 +156,31 @@ func (s *sseWriter) send() error {
 	return err
 }
 
-// sink is s as an io.Writer for the join's writes (put).
+// sink is s as an io.Writer for the join's writes (joinPut).
 type sink struct{ s *sseWriter }
 
-func (w sink) Write(p []byte) (int, error) { return w.s.put(p) }
+func (w sink) Write(p []byte) (int, error) { return w.s.joinPut(p) }
+
+// joinPut and joinSend are put and send for the join's writes (the
+// snapshot, the catch-up), busy while under way and counted: the watchdog
+// drops a client that does not read its start as it drops one that does
+// not read its frames. (A start larger than the socket's buffers held a
+// client that never read, its connection and its place, until Close.)
+func (s *sseWriter) joinPut(p []byte) (int, error) {
+	s.busy.Store(true)
+	n, err := s.put(p)
+	s.busy.Store(false)
+	s.progress.Add(1)
+	return n, err
+}
+
+func (s *sseWriter) joinSend() error {
+	s.busy.Store(true)
+	err := s.send()
+	s.busy.Store(false)
+	s.progress.Add(1)
+	return err
+}
 
 // cut makes a write stuck on a client that does not read fail at once.
 func (s *sseWriter) cut() {

@@ -12,7 +12,7 @@ func SetHistoryScanMax(n int) (restore func()) {
 
 // EventStreams returns the r3labs/sse stream of each pattern set the broker
 // serves, whether each exists in r3labs/sse, and a channel closed when a
-// client next leaves or catches up.
+// client next comes, leaves or catches up.
 func EventStreams(s *Server) (streams map[string]bool, left <-chan struct{}) {
 	b := s.broker
 	b.mu.Lock()
@@ -45,7 +45,7 @@ const StallCheck = stallCheck
 
 // Catching returns how many clients are still catching up (they read the
 // stream on their own: an entry may reach them before the broker's own
-// read) and a channel closed when a client next leaves or catches up.
+// read) and a channel closed when a client next comes, leaves or catches up.
 func Catching(s *Server) (n int, moved <-chan struct{}) {
 	b := s.broker
 	b.mu.Lock()
