@@ -96,8 +96,9 @@ func (b *broker) stream(c *client) {
 	if c.w.conn != nil {
 		go func() {
 			defer b.finish(c)
-			// A panic ends this client only, as net/http's recovery
-			// did for a handler.
+			// A panic of r3labs/sse's ends this client only, as
+			// net/http's recovery did for a handler (the writer
+			// recovers its own: recoverPanic).
 			defer func() {
 				if v := recover(); v != nil {
 					b.log.Error("events: panic serving a client", "client", c.id, "remote", c.remote, "panic", v, "stack", string(debug.Stack()))
@@ -219,6 +220,9 @@ func (b *broker) open(w http.ResponseWriter, r *http.Request, sub subscription, 
 // context ended and the subscriber was removed), and releases its place.
 func (b *broker) finish(c *client) {
 	defer b.release(c.addr)
+	if p := c.w.panicked.Load(); p != nil {
+		b.log.Error("events: panic serving a client", "client", c.id, "remote", c.remote, "panic", p.v, "stack", string(p.stack))
+	}
 	c.cancel()
 	c.wg.Wait()
 	if c.w.conn != nil {

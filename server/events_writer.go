@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,8 @@ type sseWriter struct {
 	regOnce    sync.Once
 
 	mode atomic.Int32
+	// panicked is what a panic in Write or Flush left (recoverPanic).
+	panicked atomic.Pointer[writerPanic]
 
 	// The frame being written (r3labs's loop only): started says its first
 	// line was seen, skip that it is not sent, held that it is kept; pass
@@ -251,6 +254,7 @@ func (s *sseWriter) WriteHeader(int) {
 // (pass), frames go straight to the connection, nothing parsed or copied,
 // until it is dropped.
 func (s *sseWriter) Write(p []byte) (int, error) {
+	defer s.recoverPanic()
 	if s.pass {
 		if s.mode.Load() == modeLive {
 			if !s.started {
@@ -330,6 +334,7 @@ func frameID(p []byte) (streamID, bool) {
 // Flush ends r3labs's frame: a held one is kept (or, released meanwhile,
 // written), a live one flushed to the client.
 func (s *sseWriter) Flush() {
+	defer s.recoverPanic()
 	if s.pass {
 		if s.mode.Load() == modeLive {
 			if !s.started {
@@ -354,17 +359,10 @@ func (s *sseWriter) Flush() {
 		return
 	}
 	if s.buffered {
-		s.mu.Lock()
-		if s.mode.Load() == modeHold {
-			s.keep()
-			s.mu.Unlock()
+		kept, write := s.settle()
+		if kept {
 			return
 		}
-		write := s.mode.Load() == modeLive && (!s.filtering || s.curID.cmp(s.liveFrom) > 0)
-		if write {
-			s.filtering = false
-		}
-		s.mu.Unlock()
 		frame := s.cur
 		s.cur = s.cur[:0]
 		if !write {
@@ -387,6 +385,47 @@ func (s *sseWriter) Flush() {
 		s.pass = !s.filtering
 		s.mu.Unlock()
 	}
+}
+
+// settle decides where the buffered frame in cur goes: kept (held while
+// the client catches up), or written (live, past the catch-up's frames).
+func (s *sseWriter) settle() (kept, write bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock() // a panic must not leave mu held (recoverPanic)
+	if s.mode.Load() == modeHold {
+		s.keep()
+		return true, false
+	}
+	write = s.mode.Load() == modeLive && (!s.filtering || s.curID.cmp(s.liveFrom) > 0)
+	if write {
+		s.filtering = false
+	}
+	return false, write
+}
+
+// writerPanic is a panic of the writer's, and where it happened.
+type writerPanic struct {
+	v     any
+	stack []byte
+}
+
+// recoverPanic, deferred by Write and Flush, turns a panic of theirs into
+// the end of this client alone: its frames are discarded from then on
+// (mode dropped, without mu, which a panic may have left held by nobody
+// else), and gone ends it; the broker logs the panic when the client
+// finishes. r3labs/sse's loop goes on reading the subscriber's channel
+// until the subscriber is removed. A panic let out of the loop would have
+// left that channel full and the stream's loop blocked on it: every client
+// of the pattern set held up, then the broker's reader, and Close.
+func (s *sseWriter) recoverPanic() {
+	v := recover()
+	if v == nil {
+		return
+	}
+	s.mode.Store(modeDropped)
+	s.pass, s.skip = false, true
+	s.panicked.CompareAndSwap(nil, &writerPanic{v: v, stack: debug.Stack()})
+	s.gone()
 }
 
 // keep holds the frame in cur (mu held); past the limits everything held

@@ -160,3 +160,37 @@ func TestSSEWriterTakenConnection(t *testing.T) {
 		t.Fatal("a write after a failed one succeeded")
 	}
 }
+
+// panicConn is a connection whose writes panic: a stand-in for a defect
+// of the writer's own.
+type panicConn struct{ net.Conn }
+
+func (panicConn) Write([]byte) (int, error) { panic("a write that panics") }
+
+// TestSSEWriterPanicEndsItsClientOnly: a panic in the writer, under
+// r3labs/sse's loop, ends its client (discarding its frames from then on)
+// and does not leave the loop: a loop ended by a panic stops reading the
+// subscriber's channel, and the stream's loop, blocked on it once full,
+// held up every client of the pattern set, the broker's reader and Close.
+func TestSSEWriterPanicEndsItsClientOnly(t *testing.T) {
+	server, client := net.Pipe()
+	defer client.Close()
+	var w sseWriter
+	ended := false
+	w.init(nil, nil, panicConn{server}, func() { ended = true })
+	w.WriteHeader(http.StatusOK)
+	w.Flush()
+	if !w.release(zeroID) {
+		t.Fatal("release refused with nothing held")
+	}
+	r3labsFrame(&w, "1-0", "one") // its write panics
+	p := w.panicked.Load()
+	if p == nil || p.v != "a write that panics" || !strings.Contains(string(p.stack), "panicConn") {
+		t.Fatalf("the panic was not kept for the broker's log: %+v", p)
+	}
+	if !ended || w.mode.Load() != modeDropped {
+		t.Fatalf("after a panic: client ended %v, mode %d; want ended and dropped", ended, w.mode.Load())
+	}
+	r3labsFrame(&w, "2-0", "two") // discarded: nothing written, no panic
+	w.end()
+}
