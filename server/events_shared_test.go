@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -310,5 +311,53 @@ func TestEventsStuckInItsStartDropped(t *testing.T) {
 	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := io.Copy(io.Discard, conn); err != nil {
 		t.Fatalf("the connection of the client stuck in its catch-up was not closed: %v", err)
+	}
+}
+
+// TestEventsSlowReaderKeptInItsStart: a client that resumes far behind and
+// reads slowly, 4 MB between two looks of the watchdog (2 MB/s), is not
+// taken for one that does not read: its catch-up is written in pieces,
+// each counted. (Written as one page of 19 MB, one write that outlasts two
+// looks. Less than a socket's buffers between two looks may not wake a
+// writer at all: Linux wakes it once a third of them is free.)
+func TestEventsSlowReaderKeptInItsStart(t *testing.T) {
+	h := newHarness(t, setup{})
+	srv := h.h.(*server.Server)
+	fake := clock.NewFake(time.Now())
+	server.SetWatchdogClock(srv, fake)
+	base := serveHTTP(t, srv)
+	topic := h.id(0).Topic()
+	pad := strings.Repeat("x", 64<<10)
+	const n = 300 // 19 MB
+	first := h.emit(topic, pad)
+	for range n - 1 {
+		h.emit(topic, pad)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nLast-Event-ID: %s\r\n\r\n", topic, testToken, first)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not resp.Body.Close: it would read the endless stream to its end.
+	br := bufio.NewReaderSize(resp.Body, 128<<10)
+	got, since := 1, 0 // the first is the client's own Last-Event-ID
+	for got < n {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", got, n, err)
+		}
+		if strings.HasPrefix(line, "id: ") {
+			got++
+		}
+		if since += len(line); since >= 4<<20 {
+			fake.Advance(server.StallCheck) // a look of the watchdog every 4 MB read
+			since = 0
+		}
 	}
 }

@@ -169,13 +169,29 @@ func (w sink) Write(p []byte) (int, error) { return w.s.joinPut(p) }
 // drops a client that does not read its start as it drops one that does
 // not read its frames. (A start larger than the socket's buffers held a
 // client that never read, its connection and its place, until Close.)
+// joinPut writes a page of the catch-up (megabytes, with large entries)
+// in pieces of joinPiece, each counted: a client that reads slowly but
+// reads moves between two looks of the watchdog.
 func (s *sseWriter) joinPut(p []byte) (int, error) {
-	s.busy.Store(true)
-	n, err := s.put(p)
-	s.busy.Store(false)
-	s.progress.Add(1)
-	return n, err
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), joinPiece)
+		s.busy.Store(true)
+		m, err := s.put(p[:k])
+		s.busy.Store(false)
+		s.progress.Add(1)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
 }
+
+// joinPiece is the most joinPut writes at once: 64 KiB, which a client
+// reading at 32 KiB/s takes within the watchdog's period.
+const joinPiece = 64 << 10
 
 func (s *sseWriter) joinSend() error {
 	s.busy.Store(true)
