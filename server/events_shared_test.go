@@ -264,20 +264,20 @@ func TestEventsStuckClientDropped(t *testing.T) {
 	}
 }
 
-// TestEventsStuckInItsStartDropped: a client that resumes far behind and
-// never reads. Its catch-up (19 MB) fills the socket and its write blocks;
-// the watchdog looked only at joined clients, so the client, its
-// connection and its place stayed until Close. Two looks of the watchdog
-// now drop it as they drop a joined client that does not read.
-func TestEventsStuckInItsStartDropped(t *testing.T) {
+// farBehind is a client that resumes 300 entries of 64 KB (19 MB: more
+// than its socket's buffers) behind, on a raw connection, with the
+// broker's watchdog on a fake clock. It returns the client's connection,
+// the server and the clock, and how many events it is behind.
+func farBehind(t *testing.T) (conn net.Conn, srv *server.Server, fake *clock.Fake, n int) {
+	t.Helper()
 	h := newHarness(t, setup{})
-	srv := h.h.(*server.Server)
-	fake := clock.NewFake(time.Now())
+	srv = h.h.(*server.Server)
+	fake = clock.NewFake(time.Now())
 	server.SetWatchdogClock(srv, fake)
 	base := serveHTTP(t, srv)
 	topic := h.id(0).Topic()
 	pad := strings.Repeat("x", 64<<10)
-	const n = 300 // 19 MB: more than the sleeper's socket buffers
+	n = 300
 	first := h.emit(topic, pad)
 	for range n - 1 {
 		h.emit(topic, pad)
@@ -286,8 +286,19 @@ func TestEventsStuckInItsStartDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nLast-Event-ID: %s\r\n\r\n", topic, testToken, first)
+	return conn, srv, fake, n
+}
+
+// TestEventsStuckInItsStartDropped: a client that resumes far behind and
+// never reads. Its catch-up fills the socket and its write blocks; the
+// watchdog looked only at joined clients, so the client, its connection
+// and its place stayed until Close. Two looks of the watchdog now drop it
+// as they drop a joined client that does not read.
+func TestEventsStuckInItsStartDropped(t *testing.T) {
+	conn, srv, fake, _ := farBehind(t)
 	// Its catch-up is under way and stuck: nothing more is written.
 	deadline := time.After(10 * time.Second)
 	for n, moved := server.Catching(srv); n != 1; n, moved = server.Catching(srv) {
@@ -308,7 +319,6 @@ func TestEventsStuckInItsStartDropped(t *testing.T) {
 			t.Fatal("the client stuck in its catch-up is still there")
 		}
 	}
-	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := io.Copy(io.Discard, conn); err != nil {
 		t.Fatalf("the connection of the client stuck in its catch-up was not closed: %v", err)
 	}
@@ -321,25 +331,7 @@ func TestEventsStuckInItsStartDropped(t *testing.T) {
 // looks. Less than a socket's buffers between two looks may not wake a
 // writer at all: Linux wakes it once a third of them is free.)
 func TestEventsSlowReaderKeptInItsStart(t *testing.T) {
-	h := newHarness(t, setup{})
-	srv := h.h.(*server.Server)
-	fake := clock.NewFake(time.Now())
-	server.SetWatchdogClock(srv, fake)
-	base := serveHTTP(t, srv)
-	topic := h.id(0).Topic()
-	pad := strings.Repeat("x", 64<<10)
-	const n = 300 // 19 MB
-	first := h.emit(topic, pad)
-	for range n - 1 {
-		h.emit(topic, pad)
-	}
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(conn, "GET /api/v1/events?topic=%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nLast-Event-ID: %s\r\n\r\n", topic, testToken, first)
+	conn, _, fake, n := farBehind(t)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/internal/faultproxy"
 	"github.com/vigil-dev/vigil/policy"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -441,14 +442,7 @@ func TestDataLossBeforeALateRenewal(t *testing.T) {
 // touched, no restart.
 func TestLostRenewalReplyIsNoDataLoss(t *testing.T) {
 	t.Parallel()
-	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
-		Policy: longBackoff,
-		Lease:  3 * time.Second,
-	})
-	id := ids("q", 2)
-	h.start()
-	before := h.waitHealthy(id...)
+	h, sup, direct, id, before := twoProxiedWorkers(t)
 	mark := h.logs.mark()
 	keys := direct.Keys()
 	dropped := sup.DropReply(func(args []string) bool {
@@ -484,11 +478,7 @@ func TestLostRenewalReplyIsNoDataLoss(t *testing.T) {
 			t.Errorf("a lost renewal reply was taken for lost data: %s", h.logs.line(i))
 		}
 	}
-	for i, c := range h.sync() {
-		if c.Status != health.StatusHealthy || c.PID != before[i].PID || c.Restarts.RestartCount != 0 {
-			t.Errorf("after a lost renewal reply %s is %s; before: %s", id[i], describe(c), describe(before[i]))
-		}
-	}
+	untouched(t, h, before, "after a lost renewal reply")
 }
 
 // TestLostRenewalReplyHidesNoDataLoss: Redis lost a slot's record and
@@ -500,54 +490,19 @@ func TestLostRenewalReplyIsNoDataLoss(t *testing.T) {
 // one is written again, its worker untouched, no restart counted.
 func TestLostRenewalReplyHidesNoDataLoss(t *testing.T) {
 	t.Parallel()
-	h, sup, _, direct := splitProxiedHarness(t, supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
-		Policy: longBackoff,
-		Lease:  3 * time.Second,
-	})
-	id := ids("q", 2)
-	h.start()
-	before := h.waitHealthy(id...)
+	h, sup, direct, id, before := twoProxiedWorkers(t)
 	mark := h.logs.mark()
 	keys := direct.Keys()
 	lost := []string{keys.Component(id[0]), keys.Slot(id[0])}
-	var delErr error
-	var first time.Time
-	// The proxy asks the matcher before it forwards the command: the keys
-	// are gone when the renewal runs, and its reply is then lost. Not the
-	// first tick's renewal: its first call finds the script not loaded yet
-	// (NOSCRIPT), so the renewal of the tick after is the one.
-	dropped := sup.DropReply(func(args []string) bool {
-		if len(args) != 6 || !strings.EqualFold(args[0], "evalsha") || args[2] != "1" || args[3] != keys.Slot(id[0]) {
-			return false
-		}
-		if first.IsZero() {
-			first = time.Now()
-		}
-		if time.Since(first) < time.Second/2 { // a tick comes every lease/3 (1 s)
-			return false
-		}
-		delErr = direct.Client().Del(context.Background(), lost...).Err()
-		return true
+	dropRenewalReply(t, sup, keys.Slot(id[0]), func() error {
+		return direct.Client().Del(context.Background(), lost...).Err()
 	})
-	select {
-	case <-dropped:
-	case <-time.After(waitTimeout):
-		t.Fatal("no renewal's reply was lost")
-	}
-	if delErr != nil {
-		t.Fatal(delErr)
-	}
 	h.logs.wait(t, mark, waitTimeout, "component="+id[0].String(), "its record was lost while its lease lapsed or was renewed unanswered")
 	c := waitFor(t, direct, id[0], func(c health.Component) bool { return c.Instance == before[0].Instance })
 	if c.Status != health.StatusHealthy || c.PID != before[0].PID || c.Restarts.RestartCount != 0 {
 		t.Errorf("%s written again as %s; before the loss: %s", id[0], describe(c), describe(before[0]))
 	}
-	for i, c := range h.sync() {
-		if c.Status != health.StatusHealthy || c.PID != before[i].PID || c.Restarts.RestartCount != 0 {
-			t.Errorf("after the loss %s is %s; before: %s", id[i], describe(c), describe(before[i]))
-		}
-	}
+	untouched(t, h, before, "after the loss")
 	if held, err := direct.LeaseHolders(context.Background(), []string{keys.Slot(id[0])}); err != nil || health.LeaseHost(held[0]) != before[0].Host {
 		t.Errorf("lease of %s: %q, %v; want %s's", id[0], held, err, before[0].Host)
 	}
@@ -575,41 +530,22 @@ func TestLostRenewalReplyOverATakeoverCountsNoCrash(t *testing.T) {
 	before := h.waitHealthy(id)[0]
 	mark := h.logs.mark()
 	keys := direct.Keys()
-	var setErr error
-	var first time.Time
 	// What the other host did, in the instant before our renewal runs:
 	// its takeover stopped our process, it wrote its record, and it gave
 	// the slot up (its lease gone). Our renewal then takes the lease again,
-	// and its reply is lost. (Not the first tick's renewal: see
-	// TestLostRenewalReplyHidesNoDataLoss.)
-	dropped := sup.DropReply(func(args []string) bool {
-		if len(args) != 6 || !strings.EqualFold(args[0], "evalsha") || args[2] != "1" || args[3] != keys.Slot(id) {
-			return false
-		}
-		if first.IsZero() {
-			first = time.Now()
-		}
-		if time.Since(first) < time.Second/2 {
-			return false
-		}
+	// and its reply is lost.
+	dropRenewalReply(t, sup, keys.Slot(id), func() error {
 		other := before
 		other.Host, other.Instance, other.Status, other.Reason, other.PID = "h2", "other", health.StatusStopped, "rebalance", 0
 		ctx := context.Background()
-		if setErr = syscall.Kill(before.PID, syscall.SIGKILL); setErr == nil {
-			if _, setErr = direct.Write(ctx, other, health.Write{NoCheck: true}); setErr == nil {
-				setErr = direct.Client().Del(ctx, keys.Slot(id)).Err()
-			}
+		if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+			return err
 		}
-		return true
+		if _, err := direct.Write(ctx, other, health.Write{NoCheck: true}); err != nil {
+			return err
+		}
+		return direct.Client().Del(ctx, keys.Slot(id)).Err()
 	})
-	select {
-	case <-dropped:
-	case <-time.After(waitTimeout):
-		t.Fatal("no renewal's reply was lost")
-	}
-	if setErr != nil {
-		t.Fatal(setErr)
-	}
 	h.logs.wait(t, mark, waitTimeout, "component="+id.String(), "its record was another host's while its lease lapsed or was renewed unanswered")
 	c := h.waitFor(id, func(c health.Component) bool {
 		return c.Status == health.StatusHealthy && c.PID != before.PID && c.Instance == before.Instance
@@ -619,6 +555,62 @@ func TestLostRenewalReplyOverATakeoverCountsNoCrash(t *testing.T) {
 	}
 	if i, found := h.logs.find(mark, `msg="worker crashed"`); found {
 		t.Errorf("the exit the other host caused was counted: %s", h.logs.line(i))
+	}
+}
+
+// twoProxiedWorkers starts two healthy beat workers whose supervisor
+// reaches Redis through a proxy of its own (sup), with a lease of 3 s.
+func twoProxiedWorkers(t *testing.T) (h *harness, sup *faultproxy.Proxy, direct *health.Store, id []health.ComponentID, before []health.Component) {
+	t.Helper()
+	h, sup, _, direct = splitProxiedHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 2, Command: []string{testWorker, "beat"}}},
+		Policy: longBackoff,
+		Lease:  3 * time.Second,
+	})
+	id = ids("q", 2)
+	h.start()
+	return h, sup, direct, id, h.waitHealthy(id...)
+}
+
+// untouched checks that every worker is as before: healthy, the same
+// process, no restart counted.
+func untouched(t *testing.T, h *harness, before []health.Component, when string) {
+	t.Helper()
+	for i, c := range h.sync() {
+		if c.Status != health.StatusHealthy || c.PID != before[i].PID || c.Restarts.RestartCount != 0 {
+			t.Errorf("%s %s is %s; before: %s", when, c.ID, describe(c), describe(before[i]))
+		}
+	}
+}
+
+// dropRenewalReply loses the reply of a renewal of the lease at key, with
+// before run just before the renewal is forwarded (the proxy asks its
+// matcher first). Not the first tick's renewal: its first call finds the
+// script not loaded yet (NOSCRIPT); the tick after's is the one.
+func dropRenewalReply(t *testing.T, sup *faultproxy.Proxy, key string, before func() error) {
+	t.Helper()
+	var err error
+	var first time.Time
+	dropped := sup.DropReply(func(args []string) bool {
+		if len(args) != 6 || !strings.EqualFold(args[0], "evalsha") || args[2] != "1" || args[3] != key {
+			return false
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if time.Since(first) < time.Second/2 { // a tick comes every lease/3 (1 s)
+			return false
+		}
+		err = before()
+		return true
+	})
+	select {
+	case <-dropped:
+	case <-time.After(waitTimeout):
+		t.Fatal("no renewal's reply was lost")
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
