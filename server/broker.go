@@ -621,10 +621,16 @@ func (s *subsSnapshot) match(topic string) []string {
 // lagged drops a client that fell more than MaxLag entries behind (mu
 // held).
 func (b *broker) lagged(c *client) {
-	delete(b.catching, c)
+	b.disconnect(c, "events: disconnecting a client that fell behind", "max_lag", b.cfg.MaxLag)
+}
+
+// disconnect drops c, counted and logged with msg and args (mu held).
+func (b *broker) disconnect(c *client, msg string, args ...any) {
 	b.stats.Dropped++
 	b.metrics.SSELagged()
-	b.log.Info("events: disconnecting a client that fell behind", "client", c.id, "max_lag", b.cfg.MaxLag, "remote", c.remote)
+	b.log.Info(msg, append([]any{"client", c.id, "remote", c.remote, "joined", c.joined}, args...)...)
+	c.joined = false
+	delete(b.catching, c)
 	c.drop()
 }
 
@@ -642,12 +648,7 @@ func (b *broker) watchdog() {
 	for _, c := range b.clients {
 		p := c.w.progress.Load()
 		if c.w.busy.Load() && p == c.seen {
-			b.stats.Dropped++
-			b.metrics.SSELagged()
-			b.log.Info("events: disconnecting a client that does not read", "client", c.id, "stalled", stallCheck, "remote", c.remote, "joined", c.joined)
-			c.joined = false
-			delete(b.catching, c)
-			c.drop()
+			b.disconnect(c, "events: disconnecting a client that does not read", "stalled", stallCheck)
 		}
 		c.seen = p
 	}

@@ -176,11 +176,11 @@ func (s *sseWriter) joinPut(p []byte) (int, error) {
 	n := 0
 	for len(p) > 0 {
 		k := min(len(p), joinPiece)
-		s.busy.Store(true)
-		m, err := s.put(p[:k])
-		s.busy.Store(false)
-		s.progress.Add(1)
-		n += m
+		err := s.watched(func() error {
+			m, err := s.put(p[:k])
+			n += m
+			return err
+		})
 		if err != nil {
 			return n, err
 		}
@@ -189,17 +189,20 @@ func (s *sseWriter) joinPut(p []byte) (int, error) {
 	return n, nil
 }
 
-// joinPiece is the most joinPut writes at once: 64 KiB, which a client
-// reading at 32 KiB/s takes within the watchdog's period.
-const joinPiece = 64 << 10
+func (s *sseWriter) joinSend() error { return s.watched(s.send) }
 
-func (s *sseWriter) joinSend() error {
+// watched runs one write of the join's, busy while under way, and counts it.
+func (s *sseWriter) watched(write func() error) error {
 	s.busy.Store(true)
-	err := s.send()
+	err := write()
 	s.busy.Store(false)
 	s.progress.Add(1)
 	return err
 }
+
+// joinPiece is the most joinPut writes at once: 64 KiB, which a client
+// reading at 32 KiB/s takes within the watchdog's period.
+const joinPiece = 64 << 10
 
 // cut makes a write stuck on a client that does not read fail at once.
 func (s *sseWriter) cut() {
