@@ -34,9 +34,10 @@ type share struct {
 // scan and not taken), then the leases of its members. All of them are
 // read (a scan) when slots may have come free unseen: at the first tick,
 // when pool sizes change, after a data loss, by the one host that watches
-// a host whose record missed a renewal (it shows that host's slots free
-// ahead of their expiry, see needScan), by every host when a host is gone
-// that nobody watched, and otherwise at random, once every three ticks
+// a host whose record missed a renewal, for each of its queues (it shows
+// that host's slots free ahead of their expiry, see needScan), by every
+// host of a queue when a host is gone that nobody watched for it, and
+// otherwise at random, once every three ticks
 // across the cluster, as a safety net for a hint lost. The lease scripts
 // decide: the free set is only where to look.
 //
@@ -279,9 +280,12 @@ func (s *Supervisor) adoptTaken(ctx context.Context, ids []health.ComponentID, a
 // their expiry. Every host arms its next tick for just after the late
 // host's record expires; that tick reads the free set, where it finds them
 // free. The watcher notes in the control hash which record it watched
-// (fieldWatchedPrefix), and a host gone without one noted (the watcher
-// failed too, a loss, an outage) is scanned for by every host: a rare
-// case, paid for once.
+// and the queues its scan read (fieldWatchedPrefix, watchNote): a scan
+// reads this host's own pools' leases only, so a late host that runs
+// queues no single host shares has one watcher per queue, each scanning
+// until the note names its queues. A host gone with a queue of this
+// host's left out of the note (its watcher failed too, a loss, an outage)
+// is scanned for by this host: a rare case, paid for once.
 //
 // Lateness is not judged while Redis has answered for less than a tick
 // (every record is late after an outage, the hosts rewrite theirs at the
@@ -302,15 +306,18 @@ func (s *Supervisor) needScan(ctl control, first bool) bool {
 			judge = false
 		}
 	}
-	alive, live := make(map[string]bool, len(ctl.hosts)), 0
+	alive, live := make(map[string][]string, len(ctl.hosts)), 0
 	for _, h := range ctl.hosts {
 		if !h.Alive {
-			if c.alive[h.ID] && !watched(ctl, h) && ctl.raw[fieldLostPrefix+h.ID] != "stopped" {
-				scan = true // a host gone since the last tick, that nobody watched
+			// Its record is gone, and with it the queues it listed: those
+			// of the last tick's.
+			queues, was := c.alive[h.ID]
+			if was && !watched(ctl, h.ID, h.SeenAt, s.shared(queues)) && ctl.raw[fieldLostPrefix+h.ID] != "stopped" {
+				scan = true // a host gone since the last tick, that nobody watched for a queue of this host's
 			}
 			continue
 		}
-		alive[h.ID] = true
+		alive[h.ID] = h.Queues
 		live++
 		if !judge || !s.late(h) {
 			continue
@@ -318,12 +325,13 @@ func (s *Supervisor) needScan(ctl control, first bool) bool {
 		if d := h.TTL + 50*time.Millisecond; c.early == 0 || d < c.early {
 			c.early = d
 		}
-		if !watched(ctl, h) && s.watches(ctl, h) {
+		if shared := s.shared(h.Queues); !watched(ctl, h.ID, h.SeenAt, shared) && s.watches(ctl, h) {
 			scan = true
 			if c.watching == nil {
 				c.watching = map[string]string{}
 			}
-			c.watching[fieldWatchedPrefix+h.ID] = strconv.FormatInt(h.SeenAt.UnixMilli(), 10)
+			f := fieldWatchedPrefix + h.ID
+			c.watching[f] = watchNote(ctl.raw[f], h.SeenAt, shared)
 		}
 	}
 	for id := range c.alive {
@@ -347,11 +355,70 @@ func (s *Supervisor) late(h health.Host) bool {
 	return h.ID != s.cfg.Host && h.Alive && h.TTL > 0 && h.TTL < s.cfg.Lease/2
 }
 
-// watched reports whether a watcher noted h's record as watched (its
-// leases put in the free set).
-func watched(ctl control, h health.Host) bool {
-	v, ok := ctl.raw[fieldWatchedPrefix+h.ID]
-	return ok && v == strconv.FormatInt(h.SeenAt.UnixMilli(), 10)
+// A watched note (the control hash's fieldWatchedPrefix+host) is
+// "<seen_at>|<queues>": the seen_at (ms) of the late host's record that its
+// watchers scanned for, and the queues whose leases those scans read, comma
+// separated. A note with no "|" (written by an earlier version) covers every
+// queue.
+
+// watchNote is the note to write once this host's scan for a late host
+// whose record has seen_at seen is done: the note read (old) if it is for
+// the same record, with the queues this scan read (shared) added. Two
+// watchers writing at once may lose one's queues: that one scans again at
+// its next tick.
+func watchNote(old string, seen time.Time, shared []string) string {
+	at := strconv.FormatInt(seen.UnixMilli(), 10)
+	var queues []string
+	if oldAt, covered, ok := strings.Cut(old, "|"); ok && oldAt == at && covered != "" {
+		queues = strings.Split(covered, ",")
+	}
+	for _, q := range shared {
+		if !slices.Contains(queues, q) {
+			queues = append(queues, q)
+		}
+	}
+	slices.Sort(queues)
+	return at + "|" + strings.Join(queues, ",")
+}
+
+// noteFor reports whether a watched note is for the record of seen_at seen.
+func noteFor(note string, seen time.Time) bool {
+	at, _, _ := strings.Cut(note, "|")
+	return at == strconv.FormatInt(seen.UnixMilli(), 10)
+}
+
+// watched reports whether watchers noted host id's record of seen_at seen
+// as watched (its leases put in the free set) for every queue of queues.
+func watched(ctl control, id string, seen time.Time, queues []string) bool {
+	v, ok := ctl.raw[fieldWatchedPrefix+id]
+	if !ok || !noteFor(v, seen) {
+		return false
+	}
+	_, covered, scoped := strings.Cut(v, "|")
+	if !scoped {
+		return true
+	}
+	have := strings.Split(covered, ",")
+	for _, q := range queues {
+		if !slices.Contains(have, q) {
+			return false
+		}
+	}
+	return true
+}
+
+// shared lists this host's queues that a host whose record lists queues
+// runs too: every one of this host's when the list is empty (a record of
+// an earlier version, or a host gone before its queues were seen).
+func (s *Supervisor) shared(queues []string) []string {
+	var out []string
+	for q := range s.cluster.sizes {
+		if len(queues) == 0 || slices.Contains(queues, q) {
+			out = append(out, q)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // watches reports whether this host watches the late host x (see

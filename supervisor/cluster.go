@@ -23,8 +23,9 @@ const (
 	fieldPoolsConfig = "pools_config"
 	fieldDrainPrefix = "drain:"
 	fieldLostPrefix  = "lost:"
-	// fieldWatchedPrefix+host is the seen_at (ms) of host's record when a
-	// watcher put its leases in the free set (claim.go).
+	// fieldWatchedPrefix+host is the seen_at (ms) of host's record when its
+	// watchers put its leases in the free set, and the queues they did it
+	// for (claim.go, watchNote).
 	fieldWatchedPrefix = "watched:"
 )
 
@@ -39,22 +40,22 @@ type clusterState struct {
 	sizes        map[string]int
 	draining     bool
 	leader       bool
-	freeSeen     bool               // free slots were left at the previous tick
-	scanNext     bool               // the next claim reads every lease (see needScan)
-	watching     map[string]string  // control fields to write once this tick's scan is done: the late hosts it watched (see needScan)
-	alive        map[string]bool    // hosts alive at the last tick
-	scannedSizes string             // pool sizes at the last tick
-	unreleased   []health.Component // forgotten while Redis did not answer (their last records): released at the next tick
-	lastStats    map[string]string  // leader: last announced queue stats
-	tick         func() bool        // stops the tick timer
-	early        time.Duration      // next tick sooner than a third of a lease
-	adoptEach    time.Duration      // what adopting one slot took at the last ticks (claim)
-	refused      map[string]string  // queue → pool size in Redis refused (logged once)
-	left         bool               // shut down: leases released, no more ticks
-	hostWritten  time.Time          // real time of the last write of this host's record (it expires a lease later)
-	leaseLost    bool               // this tick's renewal found a lease gone before it could expire: Redis lost it
-	lapsed       []*worker          // leases a renewal took again after a lapse, or found held after a failed renewal (Redis may have lost its data meanwhile), until a tick reads their records
-	renewFailed  bool               // the last renewal failed: it may have run unanswered
+	freeSeen     bool                // free slots were left at the previous tick
+	scanNext     bool                // the next claim reads every lease (see needScan)
+	watching     map[string]string   // control fields to write once this tick's scan is done: the late hosts it watched (see needScan)
+	alive        map[string][]string // hosts alive at the last tick, with the queues their records listed
+	scannedSizes string              // pool sizes at the last tick
+	unreleased   []health.Component  // forgotten while Redis did not answer (their last records): released at the next tick
+	lastStats    map[string]string   // leader: last announced queue stats
+	tick         func() bool         // stops the tick timer
+	early        time.Duration       // next tick sooner than a third of a lease
+	adoptEach    time.Duration       // what adopting one slot took at the last ticks (claim)
+	refused      map[string]string   // queue → pool size in Redis refused (logged once)
+	left         bool                // shut down: leases released, no more ticks
+	hostWritten  time.Time           // real time of the last write of this host's record (it expires a lease later)
+	leaseLost    bool                // this tick's renewal found a lease gone before it could expire: Redis lost it
+	lapsed       []*worker           // leases a renewal took again after a lapse, or found held after a failed renewal (Redis may have lost its data meanwhile), until a tick reads their records
+	renewFailed  bool                // the last renewal failed: it may have run unanswered
 }
 
 // joinCluster registers this host (DESIGN.md §11): a live record with this

@@ -48,7 +48,7 @@ func (s *Supervisor) leaderTick(ctx context.Context, ctl control) error {
 				s.store.Client().HDel(ctx, keys.Control(), f)
 			}
 			// A late host watched that renewed after all (claim.go).
-			if w := fieldWatchedPrefix + h.ID; !s.late(h) && control[w] != "" && !watched(ctl, h) {
+			if w := fieldWatchedPrefix + h.ID; !s.late(h) && control[w] != "" && !noteFor(control[w], h.SeenAt) {
 				s.store.Client().HDel(ctx, keys.Control(), w)
 			}
 			continue

@@ -25,6 +25,7 @@ type fakeHost struct {
 	t        *testing.T
 	store    *health.Store
 	slots    []health.ComponentID
+	queues   []string // its record's
 	stop     chan struct{}
 	done     chan struct{}
 	lastSeen time.Time // seen_at of the last record written (after done)
@@ -32,7 +33,13 @@ type fakeHost struct {
 
 func startFakeHost(t *testing.T, store *health.Store, slots []health.ComponentID) *fakeHost {
 	t.Helper()
-	x := &fakeHost{t: t, store: store, slots: slots, stop: make(chan struct{}), done: make(chan struct{})}
+	var queues []string
+	for _, id := range slots {
+		if !slices.Contains(queues, id.Queue) {
+			queues = append(queues, id.Queue)
+		}
+	}
+	x := &fakeHost{t: t, store: store, slots: slots, queues: queues, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := x.renew(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +72,7 @@ func (x *fakeHost) renew() error {
 	now := time.Now()
 	x.lastSeen = now
 	return x.store.WriteHost(ctx, health.Host{ID: "x", Instance: "inst", Hostname: hn, Slots: len(x.slots),
-		Queues: []string{"q"}, StartedAt: now, SeenAt: now}, watchLease)
+		Queues: x.queues, StartedAt: now, SeenAt: now}, watchLease)
 }
 
 // renewLeases writes x's leases: the first step of a host's tick.
@@ -165,8 +172,8 @@ func TestLateHostWatchedByOneHost(t *testing.T) {
 		t.Errorf("only the watcher %s took x's slots (%v)", watcher, took)
 	}
 	seen, err := store.Client().HGet(ctx, store.Keys().Control(), "watched:x").Result()
-	if err != nil || seen != strconv.FormatInt(x.lastSeen.UnixMilli(), 10) {
-		t.Errorf("watched:x = %q, %v: want x's last seen_at %d", seen, err, x.lastSeen.UnixMilli())
+	if want := strconv.FormatInt(x.lastSeen.UnixMilli(), 10) + "|q"; err != nil || seen != want {
+		t.Errorf("watched:x = %q, %v: want %q (x's last seen_at, the queue scanned)", seen, err, want)
 	}
 	recs, err := store.Hosts(ctx)
 	if err != nil {
@@ -210,6 +217,39 @@ func TestHostGoneUnwatchedIsScannedFor(t *testing.T) {
 
 // waitFreeBeforeExpiry waits until slots are all in the free set, and
 // fails if their leases expire first.
+// TestLateHostWatchedForEachOfItsQueues: x runs queues q1 and q2, host a
+// runs q1 only and host b q2 only. A scan reads the scanning host's own
+// queues' leases: a's, q1's. Each queue's watcher shows x's slots of it
+// free before they expire. Before, the one note per host that a's scan
+// wrote stopped b's, and x's q2 slot was found only by a random
+// safety-net scan, about a lease after its expiry.
+func TestLateHostWatchedForEachOfItsQueues(t *testing.T) {
+	env := testredis.New(t)
+	store := health.NewStore(env.Client, env.Prefix, 0)
+	q1, q2 := ids("q1", 2), ids("q2", 2)
+	x := startFakeHost(t, store, []health.ComponentID{q1[1], q2[1]})
+	for _, m := range []struct{ host, queue string }{{"a", "q1"}, {"b", "q2"}} {
+		h := newHarnessOn(t, env.Client, env.URL, env.Prefix, supervisor.Config{
+			Host: m.host, Lease: watchLease, Rand: func() float64 { return 0.99 },
+			Pools:  []supervisor.Pool{{Queue: m.queue, Workers: 2, Command: []string{testWorker, "beat"}}},
+			Policy: shortBackoff,
+		})
+		h.start()
+	}
+	for _, id := range []health.ComponentID{q1[0], q2[0]} {
+		waitForWithin(t, store, id, func(c health.Component) bool { return c.Status == health.StatusHealthy }, 4*waitTimeout)
+	}
+	x.halt()
+	expiry := x.lastSeen.Add(watchLease)
+	waitFreeBeforeExpiry(t, store, x.slots, expiry)
+	for _, id := range x.slots {
+		waitForWithin(t, store, id, func(c health.Component) bool {
+			return c.Status == health.StatusHealthy && c.Host != "" && c.Host != "x"
+		}, 4*waitTimeout)
+	}
+	t.Logf("x's slots healthy elsewhere %s after its leases expired", time.Since(expiry).Round(time.Millisecond))
+}
+
 func waitFreeBeforeExpiry(t *testing.T, store *health.Store, slots []health.ComponentID, expiry time.Time) {
 	t.Helper()
 	ctx := context.Background()
