@@ -375,6 +375,13 @@ func (l *logSink) mark() int {
 	return len(l.lines)
 }
 
+// since returns the lines from index from on.
+func (l *logSink) since(from int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines[min(from, len(l.lines)):], "")
+}
+
 // find returns the index of the first line from index from on that
 // contains every one of parts, if there is one now.
 func (l *logSink) find(from int, parts ...string) (int, bool) {
