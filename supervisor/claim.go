@@ -284,8 +284,9 @@ func (s *Supervisor) adoptTaken(ctx context.Context, ids []health.ComponentID, a
 // reads this host's own pools' leases only, so a late host that runs
 // queues no single host shares has one watcher per queue, each scanning
 // until the note names its queues. A host gone with a queue of this
-// host's left out of the note (its watcher failed too, a loss, an outage)
-// is scanned for by this host: a rare case, paid for once.
+// host's left out of the note (its watcher failed too, a loss, an outage,
+// two notes written at once) is scanned for by this host: a rare case,
+// paid for once.
 //
 // Lateness is not judged while Redis has answered for less than a tick
 // (every record is late after an outage, the hosts rewrite theirs at the
@@ -311,8 +312,10 @@ func (s *Supervisor) needScan(ctl control, first bool) bool {
 		if !h.Alive {
 			// Its record is gone, and with it the queues it listed: those
 			// of the last tick's.
+			// A host that ran none of this host's queues held none of the
+			// leases its scan reads.
 			queues, was := c.alive[h.ID]
-			if was && !watched(ctl, h.ID, h.SeenAt, s.shared(queues)) && ctl.raw[fieldLostPrefix+h.ID] != "stopped" {
+			if sh := s.shared(queues); was && len(sh) > 0 && !watched(ctl, h.ID, h.SeenAt, sh) && ctl.raw[fieldLostPrefix+h.ID] != "stopped" {
 				scan = true // a host gone since the last tick, that nobody watched for a queue of this host's
 			}
 			continue
@@ -331,7 +334,7 @@ func (s *Supervisor) needScan(ctl control, first bool) bool {
 				c.watching = map[string]string{}
 			}
 			f := fieldWatchedPrefix + h.ID
-			c.watching[f] = watchNote(ctl.raw[f], h.SeenAt, shared)
+			c.watching[f] = watchNote(ctl.raw[f], h.SeenAt, shared, h.Queues)
 		}
 	}
 	for id := range c.alive {
@@ -355,30 +358,36 @@ func (s *Supervisor) late(h health.Host) bool {
 	return h.ID != s.cfg.Host && h.Alive && h.TTL > 0 && h.TTL < s.cfg.Lease/2
 }
 
-// A watched note (the control hash's fieldWatchedPrefix+host) is
-// "<seen_at>|<queues>": the seen_at (ms) of the late host's record that its
-// watchers scanned for, and the queues whose leases those scans read, comma
-// separated. A note with no "|" (written by an earlier version) covers every
-// queue.
+// A watched note (the control hash's fieldWatchedPrefix+host) is the
+// seen_at (ms) of the late host's record that its watchers scanned for,
+// alone when their scans read the leases of every queue it runs, else
+// followed by "|" and the queues whose leases they read, comma separated.
+// In a cluster whose hosts run the same pools the one watcher covers every
+// queue, and the note is the seen_at alone, as an earlier version wrote
+// it (and reads it: exactly).
 
 // watchNote is the note to write once this host's scan for a late host
-// whose record has seen_at seen is done: the note read (old) if it is for
-// the same record, with the queues this scan read (shared) added. Two
-// watchers writing at once may lose one's queues: that one scans again at
-// its next tick.
-func watchNote(old string, seen time.Time, shared []string) string {
+// whose record has seen_at seen and lists queues is done: the note read
+// (old) if it is for the same record, with the queues this scan read
+// (shared) added. Two watchers writing at once may lose one's queues: if
+// the late host is still late at that one's next tick, it scans again;
+// if it is gone by then, every host running the queues lost scans once.
+func watchNote(old string, seen time.Time, shared, queues []string) string {
 	at := strconv.FormatInt(seen.UnixMilli(), 10)
-	var queues []string
-	if oldAt, covered, ok := strings.Cut(old, "|"); ok && oldAt == at && covered != "" {
-		queues = strings.Split(covered, ",")
+	var covered []string
+	if oldAt, list, ok := strings.Cut(old, "|"); ok && oldAt == at && list != "" {
+		covered = strings.Split(list, ",")
 	}
 	for _, q := range shared {
-		if !slices.Contains(queues, q) {
-			queues = append(queues, q)
+		if !slices.Contains(covered, q) {
+			covered = append(covered, q)
 		}
 	}
-	slices.Sort(queues)
-	return at + "|" + strings.Join(queues, ",")
+	if len(queues) > 0 && !slices.ContainsFunc(queues, func(q string) bool { return !slices.Contains(covered, q) }) {
+		return at
+	}
+	slices.Sort(covered)
+	return at + "|" + strings.Join(covered, ",")
 }
 
 // noteFor reports whether a watched note is for the record of seen_at seen.
@@ -409,7 +418,7 @@ func watched(ctl control, id string, seen time.Time, queues []string) bool {
 
 // shared lists this host's queues that a host whose record lists queues
 // runs too: every one of this host's when the list is empty (a record of
-// an earlier version, or a host gone before its queues were seen).
+// an earlier version).
 func (s *Supervisor) shared(queues []string) []string {
 	var out []string
 	for q := range s.cluster.sizes {

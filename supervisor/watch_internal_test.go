@@ -3,6 +3,8 @@ package supervisor
 import (
 	"io"
 	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,7 +97,7 @@ func TestLateHostWatchedForEachQueue(t *testing.T) {
 	ctl := lateX([]string{"q1"}, []string{"q2"}, []string{"q1", "q2"}, seen)
 	a, b := decider(t, "a", true, "q1"), decider(t, "b", false, "q2")
 	for _, s := range []*Supervisor{a, b} {
-		tick(s, lateX(nil, nil, nil, time.Now())) // a tick with x alive and fresh
+		s.cluster.alive = map[string][]string{"a": {"q1"}, "b": {"q2"}, "x": {"q1", "q2"}} // as the last tick saw them
 	}
 	if !tick(a, ctl) {
 		t.Fatal("a, the leader, did not scan for late host x")
@@ -103,11 +105,51 @@ func TestLateHostWatchedForEachQueue(t *testing.T) {
 	if !tick(b, ctl) && !tick(b, goneX(ctl, seen)) {
 		t.Fatal("no host reads x's q2 leases: b, q2's only host, scanned neither while x was late (a's note covers q1) nor once x was gone")
 	}
-	// Both noted: nobody scans again for this record, late or gone.
+	// Both noted, every queue of x: the note is the seen_at alone, and
+	// nobody scans again for this record, late or gone.
+	if n := ctl.raw[fieldWatchedPrefix+"x"]; !noteFor(n, seen) || strings.Contains(n, "|") {
+		t.Errorf("note %q once both of x's queues were scanned: want its seen_at alone", n)
+	}
 	for _, s := range []*Supervisor{a, b} {
 		if tick(s, ctl) || tick(s, goneX(ctl, seen)) {
 			t.Errorf("%s scanned again after both queues were noted (note %q)", s.cfg.Host, ctl.raw[fieldWatchedPrefix+"x"])
 		}
+	}
+}
+
+// TestLateHostWatchedForSharedQueuesOnly: x runs q1 and q2; a (the
+// leader) runs q1 and q3, b runs q2. a's note names q1 only: q3 is not
+// x's, and the note must still leave q2 to b.
+func TestLateHostWatchedForSharedQueuesOnly(t *testing.T) {
+	seen := time.Now().Add(-1200 * time.Millisecond)
+	ctl := lateX([]string{"q1", "q3"}, []string{"q2"}, []string{"q1", "q2"}, seen)
+	a, b := decider(t, "a", true, "q1", "q3"), decider(t, "b", false, "q2")
+	if !tick(a, ctl) {
+		t.Fatal("a, the leader, did not scan for late host x")
+	}
+	if n, want := ctl.raw[fieldWatchedPrefix+"x"], watchNote("", seen, []string{"q1"}, nil); n != want {
+		t.Errorf("a's note = %q, want %q (x's queues that a runs)", n, want)
+	}
+	if !tick(b, ctl) {
+		t.Error("b, q2's watcher, did not scan for late host x")
+	}
+}
+
+// TestHostGoneSharingNoQueue: a host gone that nobody watched is scanned
+// for by the hosts that run one of its queues; one that runs none of them
+// would read no lease of the gone host.
+func TestHostGoneSharingNoQueue(t *testing.T) {
+	seen := time.Now().Add(-2500 * time.Millisecond)
+	gone := goneX(lateX([]string{"q1"}, []string{"q2"}, []string{"q2"}, seen), seen)
+	a, b := decider(t, "a", true, "q1"), decider(t, "b", false, "q2")
+	for _, s := range []*Supervisor{a, b} {
+		s.cluster.alive = map[string][]string{"a": {"q1"}, "b": {"q2"}, "x": {"q2"}}
+	}
+	if tick(a, gone) {
+		t.Error("a scanned for gone host x, which ran none of its queues")
+	}
+	if !tick(b, gone) {
+		t.Error("b did not scan for gone host x, unwatched, which ran its queue q2")
 	}
 }
 
@@ -120,10 +162,13 @@ func TestLateHostWatchedOneQueue(t *testing.T) {
 	ctl := lateX(q, q, q, seen)
 	a, b := decider(t, "a", true, "q"), decider(t, "b", false, "q")
 	for _, s := range []*Supervisor{a, b} {
-		tick(s, lateX(nil, nil, nil, time.Now()))
+		s.cluster.alive = map[string][]string{"a": q, "b": q, "x": q}
 	}
 	if !tick(a, ctl) {
 		t.Fatal("a, the leader, did not scan for late host x")
+	}
+	if n := ctl.raw[fieldWatchedPrefix+"x"]; n != strconv.FormatInt(seen.UnixMilli(), 10) {
+		t.Errorf("note %q: want x's seen_at alone, as an earlier version writes and reads it", n)
 	}
 	if tick(b, ctl) || tick(b, goneX(ctl, seen)) {
 		t.Error("b scanned for x although a's scan read every lease of x's only queue")
@@ -134,7 +179,7 @@ func TestLateHostWatchedOneQueue(t *testing.T) {
 // names q1 only (q2's watcher failed with it). b runs q2 and scans; a,
 // running q1 only, does not.
 func TestHostGoneUnwatchedForMyQueue(t *testing.T) {
-	seen := time.Now().Add(-2500 * time.Millisecond)
+	seen := time.Now().Add(-100 * time.Millisecond)
 	alive := lateX([]string{"q1"}, []string{"q2"}, []string{"q1", "q2"}, seen)
 	alive.hosts[2].TTL = 1900 * time.Millisecond // x not late yet
 	a, b := decider(t, "a", true, "q1"), decider(t, "b", false, "q2")
@@ -142,7 +187,7 @@ func TestHostGoneUnwatchedForMyQueue(t *testing.T) {
 		tick(s, alive)
 	}
 	gone := goneX(alive, seen)
-	gone.raw[fieldWatchedPrefix+"x"] = watchNote("", seen, []string{"q1"})
+	gone.raw[fieldWatchedPrefix+"x"] = watchNote("", seen, []string{"q1"}, []string{"q1", "q2"})
 	if tick(a, gone) {
 		t.Error("a scanned for gone host x although the note covers q1, its only queue")
 	}
@@ -156,14 +201,21 @@ func TestHostGoneUnwatchedForMyQueue(t *testing.T) {
 // alone) covers every queue.
 func TestWatchNote(t *testing.T) {
 	seen := time.UnixMilli(1_700_000_000_000)
-	n := watchNote("", seen, []string{"q2"})
+	x := []string{"q1", "q2", "q4"}
+	n := watchNote("", seen, []string{"q2"}, x)
 	if n != "1700000000000|q2" {
 		t.Fatalf("first note = %q", n)
 	}
-	if n = watchNote(n, seen, []string{"q1", "q2"}); n != "1700000000000|q1,q2" {
+	if n = watchNote(n, seen, []string{"q1", "q2"}, x); n != "1700000000000|q1,q2" {
 		t.Fatalf("merged note = %q", n)
 	}
-	if got := watchNote(n, seen.Add(time.Second), []string{"q3"}); got != "1700000001000|q3" {
+	if got := watchNote(n, seen, []string{"q4"}, x); got != "1700000000000" {
+		t.Fatalf("note covering every queue of x = %q, want its seen_at alone", got)
+	}
+	if got := watchNote(n, seen, []string{"q4"}, nil); got != "1700000000000|q1,q2,q4" {
+		t.Fatalf("note for a record listing no queues = %q", got)
+	}
+	if got := watchNote(n, seen.Add(time.Second), []string{"q3"}, x); got != "1700000001000|q3" {
 		t.Fatalf("note for a newer record = %q", got)
 	}
 	ctl := control{raw: map[string]string{fieldWatchedPrefix + "x": n}}
