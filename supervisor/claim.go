@@ -310,13 +310,15 @@ func (s *Supervisor) needScan(ctl control, first bool) bool {
 	alive, live := make(map[string][]string, len(ctl.hosts)), 0
 	for _, h := range ctl.hosts {
 		if !h.Alive {
-			// Its record is gone, and with it the queues it listed: those
-			// of the last tick's.
-			// A host that ran none of this host's queues held none of the
-			// leases its scan reads.
+			// Gone since the last tick, whose record listed the queues it
+			// ran (a host that ran none of this host's held none of the
+			// leases its scan reads).
 			queues, was := c.alive[h.ID]
-			if sh := s.shared(queues); was && len(sh) > 0 && !watched(ctl, h.ID, h.SeenAt, sh) && ctl.raw[fieldLostPrefix+h.ID] != "stopped" {
-				scan = true // a host gone since the last tick, that nobody watched for a queue of this host's
+			if !was || ctl.raw[fieldLostPrefix+h.ID] == "stopped" {
+				continue
+			}
+			if sh := s.shared(queues); len(sh) > 0 && !watched(ctl, h.ID, h.SeenAt, sh) {
+				scan = true // nobody watched it for a queue of this host's
 			}
 			continue
 		}
@@ -383,7 +385,7 @@ func watchNote(old string, seen time.Time, shared, queues []string) string {
 			covered = append(covered, q)
 		}
 	}
-	if len(queues) > 0 && !slices.ContainsFunc(queues, func(q string) bool { return !slices.Contains(covered, q) }) {
+	if len(queues) > 0 && covers(covered, queues) {
 		return at
 	}
 	slices.Sort(covered)
@@ -404,16 +406,12 @@ func watched(ctl control, id string, seen time.Time, queues []string) bool {
 		return false
 	}
 	_, covered, scoped := strings.Cut(v, "|")
-	if !scoped {
-		return true
-	}
-	have := strings.Split(covered, ",")
-	for _, q := range queues {
-		if !slices.Contains(have, q) {
-			return false
-		}
-	}
-	return true
+	return !scoped || covers(strings.Split(covered, ","), queues)
+}
+
+// covers reports whether every queue of queues is in covered.
+func covers(covered, queues []string) bool {
+	return !slices.ContainsFunc(queues, func(q string) bool { return !slices.Contains(covered, q) })
 }
 
 // shared lists this host's queues that a host whose record lists queues
