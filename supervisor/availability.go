@@ -196,6 +196,20 @@ func (a *availability) unseen(start, end time.Time) bool {
 	return true
 }
 
+// restarted records that the server holding shard sh started at at,
+// learnt after the fact (serverStart): a restart between the monitor's
+// calls is an outage it did not see, in which no worker could beat. The
+// shard answers since at (for wholeRedis, the whole Redis: a host is
+// judged lost only a tick after it, as after any outage).
+func (a *availability) restarted(sh shard, at time.Time) {
+	if sh == wholeRedis {
+		a.since = latest(a.since, at)
+		return
+	}
+	sp := a.span(sh)
+	sp.since = latest(sp.since, at)
+}
+
 // answeredFor reports how long, after now, shard sh must still answer
 // before it will have answered for a whole d: 0 when it already has (a
 // heartbeat on it may be judged).

@@ -215,14 +215,31 @@ func (s *Supervisor) check(t step) {
 		// once it has answered for a TTL (fault explorer E14).
 		s.arm(w, timerCheck, s.redis.answeredFor(sh, hb.TTL, now)+time.Millisecond)
 	case w.sawBeat || beaten(p.Status):
-		s.killFor(w, health.ExitHeartbeatTimeout, "hang", "heartbeat expired")
-	default:
-		left := hb.StartTimeout - now.Sub(latest(w.judgeFrom, s.redis.shardAnsweringSince(sh)))
-		if left <= 0 {
-			s.killFor(w, health.ExitHeartbeatTimeout, "start_timeout", "no heartbeat within start_timeout")
+		// Before the kill: did Redis restart unseen (serverStart)?
+		if !s.serverStart(w, sh) {
 			return
 		}
-		s.arm(w, timerCheck, min(hb.Interval, left))
+		if d := s.redis.answeredFor(sh, hb.TTL, s.cfg.Clock.Now()); d > 0 {
+			s.logw(w).Warn("heartbeat key expired across a Redis restart the monitor did not see: judged again a TTL after it",
+				"pid", w.proc.pid, "redis_started", s.redis.shardAnsweringSince(sh).Format(time.RFC3339Nano))
+			s.arm(w, timerCheck, d+time.Millisecond)
+			return
+		}
+		s.killFor(w, health.ExitHeartbeatTimeout, "hang", "heartbeat expired")
+	default:
+		left := func() time.Duration {
+			return hb.StartTimeout - s.cfg.Clock.Now().Sub(latest(w.judgeFrom, s.redis.shardAnsweringSince(sh)))
+		}
+		if left() <= 0 {
+			if !s.serverStart(w, sh) {
+				return
+			}
+			if left() <= 0 {
+				s.killFor(w, health.ExitHeartbeatTimeout, "start_timeout", "no heartbeat within start_timeout")
+				return
+			}
+		}
+		s.arm(w, timerCheck, min(hb.Interval, left()))
 	}
 }
 

@@ -1,0 +1,88 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// serverStart is asked before a heartbeat deadline kills: when did the
+// Redis server that holds w's keys start? A restart that fell between
+// the monitor's calls (a fast one, or one while the monitor could not
+// run: a machine so loaded that its goroutine waited for longer than the
+// restart) is an outage it did not see, and the worker could not beat
+// meanwhile: its key expired for that, not for a hang. The server's start
+// is recorded as the shard's return (availability.restarted), and the
+// caller judges again with the TTL of grace that gives.
+//
+// INFO's uptime_in_seconds is rounded down: the start taken is the latest
+// it may be, so the grace is never short (at most a second long).
+//
+// It reports false when the call failed: Redis does not answer (or
+// refuses, LOADING…), an outage, judged after Redis returns. A server
+// that answers without saying (an ACL without INFO, a Redis that lacks
+// the field, miniredis) leaves the judgement as it was.
+func (s *Supervisor) serverStart(w *worker, sh shard) bool {
+	key := s.store.Keys().Heartbeat(w.id)
+	start := s.cfg.Clock.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+	up, err := serverUptime(ctx, s.store.Client(), key)
+	cancel()
+	var rerr redis.Error
+	switch {
+	case err == nil:
+		s.answered(start, sh)
+		s.redis.restarted(sh, s.cfg.Clock.Now().Add(-up))
+	case errors.As(err, &rerr) && faultKind(err) == kindUnreachable, errors.Is(err, errNoUptime):
+		s.answered(start, sh)
+		s.logw(w).Debug("redis does not say when it started: judged without it", "err", err)
+	default:
+		s.redis.shardLost(sh)
+		s.redisFailed(err)
+		return false
+	}
+	return true
+}
+
+var errNoUptime = errors.New("INFO server has no uptime_in_seconds")
+
+// serverUptime reads INFO server's uptime_in_seconds from the server that
+// holds key (on a Redis Cluster, its master).
+func serverUptime(ctx context.Context, rdb redis.UniversalClient, key string) (time.Duration, error) {
+	var info *redis.StringCmd
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		info = node.Info(ctx, "server")
+	} else {
+		info = rdb.Info(ctx, "server")
+	}
+	text, err := info.Result()
+	if err != nil {
+		return 0, err
+	}
+	return parseUptime(text)
+}
+
+// parseUptime finds uptime_in_seconds in the text of INFO server.
+func parseUptime(info string) (time.Duration, error) {
+	for line := range strings.Lines(info) {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%w: %q", errNoUptime, v)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	return 0, errNoUptime
+}
