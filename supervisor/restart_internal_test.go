@@ -6,16 +6,29 @@ import (
 	"time"
 )
 
-// TestParseUptime reads INFO server's uptime_in_seconds, and says so when
-// a server does not give it.
-func TestParseUptime(t *testing.T) {
-	info := "# Server\r\nredis_version:7.0.15\r\nrun_id:3f1c\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n"
-	if up, err := parseUptime(info); err != nil || up != 42*time.Second {
-		t.Errorf("parseUptime = %v, %v; want 42s", up, err)
+// TestAge: how long a server has run at least, from INFO server, whose
+// uptime_in_seconds is a difference of two seconds rounded down.
+func TestAge(t *testing.T) {
+	tests := []struct {
+		info string
+		want time.Duration
+	}{
+		// Started at 100.9 s, now 101.2: uptime 1, the start at most 101.0.
+		{"# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:1\r\nserver_time_usec:101200000\r\n", 200 * time.Millisecond},
+		{"uptime_in_seconds:0\r\nserver_time_usec:101999999\r\n", 0},
+		{"uptime_in_seconds:42\r\nserver_time_usec:1790000000500000\r\n", 41*time.Second + 500*time.Millisecond},
+		// An older Redis, no server_time_usec: uptime − 1 s.
+		{"# Server\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n", 41 * time.Second},
+		{"uptime_in_seconds:0\r\n", 0},
 	}
-	for _, bad := range []string{"", "# Server\r\nredis_version:7.0.15\r\n", "uptime_in_seconds:-1\r\n", "uptime_in_seconds:x\r\n"} {
-		if _, err := parseUptime(bad); !errors.Is(err, errNoUptime) {
-			t.Errorf("parseUptime(%q): %v, want errNoUptime", bad, err)
+	for _, tt := range tests {
+		if got, err := age(tt.info); err != nil || got != tt.want {
+			t.Errorf("age(%q) = %v, %v; want %v", tt.info, got, err, tt.want)
+		}
+	}
+	for _, bad := range []string{"", "# Server\r\nredis_version:7.0.15\r\n", "uptime_in_seconds:-1\r\n", "uptime_in_seconds:x\r\n", "server_time_usec:5\r\n"} {
+		if _, err := age(bad); !errors.Is(err, errNoUptime) {
+			t.Errorf("age(%q): %v, want errNoUptime", bad, err)
 		}
 	}
 }

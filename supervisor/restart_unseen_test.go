@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"bytes"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -66,6 +67,39 @@ func (c *heldClock) release() {
 	c.mu.Unlock()
 }
 
+// unseenRestart runs one beat worker, holds the monitor, freezes the
+// worker (its beats held back: it lives, and beats again if let go),
+// restarts Redis keeping its data, away for longer than the key's TTL (an
+// input: time passing, not a goroutine waited for), and lets the monitor
+// go. It returns the worker as it was, the log's mark from before the
+// restart and when Redis was started again (before the server began).
+func unseenRestart(t *testing.T) (h *harness, before health.Component, mark int, started time.Time) {
+	t.Helper()
+	clk := &heldClock{}
+	h, srv := serverHarness(t, supervisor.Config{
+		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy: shortBackoff,
+		Clock:  clk,
+	})
+	h.start()
+	before = h.waitHealthy(ids("q", 1)...)[0]
+	ttl := h.cfg.Heartbeat.TTL
+
+	clk.hold(t)
+	mark = h.logs.mark()
+	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	srv.Save()
+	srv.Stop()
+	<-time.After(time.Until(stopped.Add(ttl + ttl/4)))
+	started = time.Now()
+	srv.Start()
+	clk.release()
+	return h, before, mark, started
+}
+
 // TestRedisRestartUnseenKillsNothing: Redis restarts (keeping its data)
 // while the monitor cannot run, so that no call of the monitor fails or
 // waits: it sees no outage. The worker could not beat meanwhile and its
@@ -77,36 +111,13 @@ func (c *heldClock) release() {
 // Redis away 720 ms, two healthy workers killed and counted.)
 func TestRedisRestartUnseenKillsNothing(t *testing.T) {
 	t.Parallel()
-	clk := &heldClock{}
-	h, srv := serverHarness(t, supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Policy: shortBackoff,
-		Clock:  clk,
-	})
-	id := ids("q", 1)
-	h.start()
-	before := h.waitHealthy(id...)[0]
+	h, before, mark, _ := unseenRestart(t)
 	ttl := h.cfg.Heartbeat.TTL
-
-	clk.hold(t)
-	mark := h.logs.mark()
-	// The worker's beats held back (it lives, and beats again when let go).
-	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	srv.Save()
-	srv.Stop()
-	// Away for longer than the key's TTL (an input: time passing, not a
-	// goroutine waited for).
-	<-time.After(time.Until(stopped.Add(ttl + ttl/4)))
-	srv.Start()
-	clk.release()
 
 	// The heartbeat deadline: judged again a TTL after Redis's start, or
 	// (the defect) killed.
 	at := h.logs.waitAny(t, mark, waitTimeout+ttl, "did not see: judged again", "killing worker")
-	if line := h.logs.line(at); !bytes.Contains([]byte(line), []byte("judged again")) {
+	if line := h.logs.line(at); !strings.Contains(line, "judged again") {
 		t.Fatalf("a worker killed for a restart of Redis: %s\n%s", line, h.logs.since(mark))
 	}
 	if err := syscall.Kill(before.PID, syscall.SIGCONT); err != nil {
@@ -115,7 +126,7 @@ func TestRedisRestartUnseenKillsNothing(t *testing.T) {
 	// The grace and a TTL more: the worker, beating again, is not judged hung.
 	newEventReader(t, h.store).expectNone(2*ttl, notRunning)
 
-	after := h.waitHealthy(id...)[0]
+	after := h.waitHealthy(ids("q", 1)...)[0]
 	if after.PID != before.PID || after.Restarts.RestartCount != 0 || after.Restarts.LifetimeRestarts != 0 {
 		t.Errorf("after the restart: %s; before: %s", describe(after), describe(before))
 	}
@@ -128,41 +139,19 @@ func TestRedisRestartUnseenKillsNothing(t *testing.T) {
 }
 
 // TestHangAfterRedisRestartKilled: the grace a restart gives is one TTL,
-// not an amnesty: a worker hung across a restart is killed once the
-// restarted Redis has answered for a TTL.
+// not an amnesty: a worker hung across a restart (here it stays frozen)
+// is killed once the restarted Redis has answered for a TTL.
 func TestHangAfterRedisRestartKilled(t *testing.T) {
 	t.Parallel()
-	clk := &heldClock{}
-	h, srv := serverHarness(t, supervisor.Config{
-		Pools:  []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
-		Policy: shortBackoff,
-		Clock:  clk,
-	})
-	id := ids("q", 1)
-	h.start()
-	before := h.waitHealthy(id...)[0]
+	h, before, mark, started := unseenRestart(t)
 	ttl := h.cfg.Heartbeat.TTL
-
-	clk.hold(t)
-	mark := h.logs.mark()
-	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil { // hung for good
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	srv.Save()
-	srv.Stop()
-	<-time.After(time.Until(stopped.Add(ttl + ttl/4)))
-	srv.Start()
-	started := time.Now()
-	clk.release()
 
 	h.logs.wait(t, mark, waitTimeout+ttl, "did not see: judged again")
 	kill := h.logs.wait(t, mark, waitTimeout+2*ttl, "killing worker", "heartbeat expired")
-	killedAt := time.Now()
 	// Not before the restarted Redis answered for a TTL (its start, read
-	// in whole seconds rounded down, may be taken up to a second late).
-	if killedAt.Before(started.Add(ttl)) {
+	// in whole seconds, may be taken up to a second late, never early).
+	if killedAt := time.Now(); killedAt.Before(started.Add(ttl)) {
 		t.Errorf("killed %v after Redis started, within the TTL of grace (%v): %s", killedAt.Sub(started), ttl, h.logs.line(kill))
 	}
-	h.waitFor(id[0], func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != before.PID })
+	h.waitFor(ids("q", 1)[0], func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != before.PID })
 }
