@@ -62,6 +62,9 @@ type availability struct {
 	// slots: a Redis Cluster's shards, by hash slot (see shardOf); absent
 	// until a call to it is seen (it answered always, as far as we know).
 	slots map[shard]*span
+	// runs: the run_id of the server of each shard whose restart gave a
+	// grace (restarted).
+	runs map[shard]string
 }
 
 // shard names where a worker's keys live: wholeRedis, or on a Redis
@@ -82,7 +85,7 @@ type span struct {
 // calls bounded by opTimeout.
 func newAvailability(ttl, interval, opTimeout time.Duration) availability {
 	pulse := max((ttl-interval)/3, time.Millisecond)
-	return availability{pulse: pulse, slow: min(pulse, opTimeout/2), slots: map[shard]*span{}}
+	return availability{pulse: pulse, slow: min(pulse, opTimeout/2), slots: map[shard]*span{}, runs: map[shard]string{}}
 }
 
 // quiet reports whether no timed call was answered for a pulse before now:
@@ -196,18 +199,29 @@ func (a *availability) unseen(start, end time.Time) bool {
 	return true
 }
 
-// restarted records that the server holding shard sh started at at,
-// learnt after the fact (serverStart): a restart between the monitor's
-// calls is an outage it did not see, in which no worker could beat. The
-// shard answers since at (for wholeRedis, the whole Redis: a host is
-// judged lost only a tick after it, as after any outage).
-func (a *availability) restarted(sh shard, at time.Time) {
+// restarted records that the server holding shard sh, known by its
+// run_id run, may have started after the last beat of a worker whose key
+// is now gone (restartUnseen): a restart between the monitor's calls, an
+// outage it did not see, in which no worker could beat. The shard answers
+// from now on, learnt at now (the call that found the key gone was
+// answered, so the server had loaded its data by then). Once per run: it
+// reports false, and changes nothing, for a run already counted, so that
+// a hung worker is judged as usual a TTL later however its server's
+// start is read (a fake clock, a proxy's own uptime). For wholeRedis it
+// is the whole Redis's return: a host is judged lost only a tick after
+// it, as after any outage.
+func (a *availability) restarted(sh shard, run string, now time.Time) bool {
+	if a.runs[sh] == run {
+		return false
+	}
+	a.runs[sh] = run
 	if sh == wholeRedis {
-		a.since = latest(a.since, at)
-		return
+		a.since = latest(a.since, now)
+		return true
 	}
 	sp := a.span(sh)
-	sp.since = latest(sp.since, at)
+	sp.since = latest(sp.since, now)
+	return true
 }
 
 // answeredFor reports how long, after now, shard sh must still answer

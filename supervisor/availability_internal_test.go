@@ -35,14 +35,22 @@ func TestAvailability(t *testing.T) {
 			a.unseen(at(100), at(1100))
 			a.answered(at(1150), at(1160)) // a fast read right after it does not end the grace
 		}, 1200, 900 * time.Millisecond},
-		{"a restart learnt after the fact: a TTL from the server's start", func(a *availability) {
+		{"a restart learnt after the fact: a TTL from then", func(a *availability) {
 			a.answered(at(0), at(10))
-			a.restarted(wholeRedis, at(800))
+			a.restarted(wholeRedis, "r1", at(800))
 		}, 1000, 800 * time.Millisecond},
-		{"an old start does not shorten a grace", func(a *availability) {
+		{"a restart counted once per run", func(a *availability) {
+			a.restarted(wholeRedis, "r1", at(800))
+			a.restarted(wholeRedis, "r1", at(1900))
+		}, 2000, 0},
+		{"the next run counts again", func(a *availability) {
+			a.restarted(wholeRedis, "r1", at(800))
+			a.restarted(wholeRedis, "r2", at(1900))
+		}, 2000, 900 * time.Millisecond},
+		{"a restart learnt earlier does not shorten a grace", func(a *availability) {
 			a.lost()
 			a.back(at(2000))
-			a.restarted(wholeRedis, at(-60_000))
+			a.restarted(wholeRedis, "r1", at(1000))
 		}, 2400, 600 * time.Millisecond},
 	}
 	for _, tt := range tests {

@@ -11,36 +11,55 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// serverStart is asked before a heartbeat deadline kills: when did the
-// Redis server that holds w's keys start? A restart that fell between
-// the monitor's calls (a fast one, or one while the monitor could not
-// run: a machine so loaded that its goroutine waited for longer than the
-// restart) is an outage it did not see, and the worker could not beat
-// meanwhile: its key expired for that, not for a hang. The server's start
-// is recorded as the shard's return (availability.restarted), and the
-// caller judges again with the TTL of grace that gives.
+// restartUnseen is asked before a heartbeat deadline kills w, whose key
+// is gone: did the Redis server that holds it (re)start after w's last
+// beat (beat: the latest it can have been; for a worker that never beat,
+// when start_timeout began), and after the last outage the monitor saw
+// end? A restart that fell between the monitor's calls (a fast one, or
+// one while the monitor could not run: a machine so loaded that its
+// goroutine waited longer than the restart) is an outage it did not see.
+// The worker could not beat meanwhile, nor while the server loaded its
+// data: its key expired for that, not for a hang. Then the shard is taken
+// to answer from now (availability.restarted), once per run of the
+// server, and the caller judges again with the TTL of grace that gives: a
+// hung worker is killed a TTL later than it would have been, a healthy
+// one lives.
 //
-// The start taken is the latest it may be (see serverAge), so the grace
-// is never short: at most a second longer than the restart called for.
+// It asks INFO server: run_id, and how long the server has run at least
+// (serverAge), so a restart is never missed for the rounding of its
+// uptime.
 //
 // It reports false when the call failed: Redis does not answer (or
 // refuses, LOADING…), an outage, judged after Redis returns. A server
-// that answers without saying (an ACL without INFO, a Redis that lacks
-// the field, miniredis) leaves the judgement as it was.
-func (s *Supervisor) serverStart(w *worker, sh shard) bool {
+// that answers without saying (an ACL without INFO, a proxy, a Redis that
+// lacks the fields, miniredis) leaves the judgement as it was, with a
+// warning once: a hang kill is then never put off by a reply that will
+// not change.
+func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	key := s.store.Keys().Heartbeat(w.id)
 	start := s.cfg.Clock.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
-	age, err := serverAge(ctx, s.store.Client(), key)
+	run, age, err := serverRun(ctx, s.store.Client(), key)
 	cancel()
 	var rerr redis.Error
 	switch {
 	case err == nil:
 		s.answered(start, sh)
-		s.redis.restarted(sh, s.cfg.Clock.Now().Add(-age))
+		// The latest the server can have started; a start before the
+		// shard's last return the monitor saw was in that outage, whose
+		// grace was given.
+		now := s.cfg.Clock.Now()
+		at := now.Add(-age)
+		if at.After(beat) && at.After(s.redis.shardAnsweringSince(sh)) && s.redis.restarted(sh, run, now) {
+			s.logw(w).Warn("heartbeat key gone after a Redis restart the monitor did not see: judged again a TTL from now",
+				"pid", w.proc.pid, "redis_run_id", run, "redis_up_at_least", age)
+		}
 	case errors.As(err, &rerr) && faultKind(err) == kindUnreachable, errors.Is(err, errNoUptime):
 		s.answered(start, sh)
-		s.logw(w).Debug("redis does not say when it started: judged without it", "err", err)
+		if !s.infoRefused {
+			s.infoRefused = true
+			s.log.Warn("redis does not say when it started (INFO server): a Redis restart between the monitor's calls may be taken for a hang", "err", err)
+		}
 	default:
 		s.redis.shardLost(sh)
 		s.redisFailed(err)
@@ -49,16 +68,16 @@ func (s *Supervisor) serverStart(w *worker, sh shard) bool {
 	return true
 }
 
-var errNoUptime = errors.New("INFO server has no uptime_in_seconds")
+var errNoUptime = errors.New("INFO server lacks run_id or uptime_in_seconds")
 
-// serverAge reads, from the server that holds key (on a Redis Cluster,
-// its master), how long it has run at least (see age).
-func serverAge(ctx context.Context, rdb redis.UniversalClient, key string) (time.Duration, error) {
+// serverRun reads, from the server that holds key (on a Redis Cluster,
+// its master), its run_id and how long it has run at least (serverAge).
+func serverRun(ctx context.Context, rdb redis.UniversalClient, key string) (string, time.Duration, error) {
 	var info *redis.StringCmd
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(ctx, key)
 		if err != nil {
-			return 0, err
+			return "", 0, err
 		}
 		info = node.Info(ctx, "server")
 	} else {
@@ -66,27 +85,37 @@ func serverAge(ctx context.Context, rdb redis.UniversalClient, key string) (time
 	}
 	text, err := info.Result()
 	if err != nil {
-		return 0, err
+		return "", 0, err
 	}
-	return age(text)
+	return serverAge(text)
 }
 
-// age is how long a server has run at least, from the text of its INFO
-// server. Redis computes uptime_in_seconds as its clock's second less its
-// start's second, both rounded down: the start lies in the second
-// (now's second − uptime), and its latest instant is that second's end.
-// server_time_usec (Redis 6.2+) gives now's fraction of a second; without
-// it the age is uptime − 1 s. Never below zero.
-func age(info string) (time.Duration, error) {
+// serverAge reads the text of INFO server: the run_id, and how long the
+// server has run at least. Redis computes uptime_in_seconds as its
+// clock's second less its start's second, both rounded down: the start
+// lies in the second (now's second − uptime), its latest instant at that
+// second's end. server_time_usec (Redis 6.2+) gives now's fraction of a
+// second; without it the age is uptime − 1 s. Never below zero.
+func serverAge(info string) (string, time.Duration, error) {
+	var run string
 	var up, usec int64 = -1, -1
 	for line := range strings.Lines(info) {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (k != "uptime_in_seconds" && k != "server_time_usec") {
+		if !ok {
 			continue
 		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%w: %s %q", errNoUptime, k, v)
+		var n int64
+		switch k {
+		case "run_id":
+			run = v
+			continue
+		case "uptime_in_seconds", "server_time_usec":
+			var err error
+			if n, err = strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
+				return "", 0, fmt.Errorf("%w: %s %q", errNoUptime, k, v)
+			}
+		default:
+			continue
 		}
 		if k == "uptime_in_seconds" {
 			up = n
@@ -94,12 +123,12 @@ func age(info string) (time.Duration, error) {
 			usec = n
 		}
 	}
-	if up < 0 {
-		return 0, errNoUptime
+	if up < 0 || run == "" {
+		return "", 0, errNoUptime
 	}
 	a := time.Duration(up-1) * time.Second
 	if usec >= 0 {
 		a += time.Duration(usec%1_000_000) * time.Microsecond
 	}
-	return max(a, 0), nil
+	return run, max(a, 0), nil
 }

@@ -6,29 +6,31 @@ import (
 	"time"
 )
 
-// TestAge: how long a server has run at least, from INFO server, whose
-// uptime_in_seconds is a difference of two seconds rounded down.
-func TestAge(t *testing.T) {
+// TestServerAge: a server's run and how long it has run at least, from
+// INFO server, whose uptime_in_seconds is a difference of two seconds
+// rounded down.
+func TestServerAge(t *testing.T) {
 	tests := []struct {
 		info string
 		want time.Duration
 	}{
 		// Started at 100.9 s, now 101.2: uptime 1, the start at most 101.0.
-		{"# Server\r\nredis_version:7.0.15\r\nuptime_in_seconds:1\r\nserver_time_usec:101200000\r\n", 200 * time.Millisecond},
-		{"uptime_in_seconds:0\r\nserver_time_usec:101999999\r\n", 0},
-		{"uptime_in_seconds:42\r\nserver_time_usec:1790000000500000\r\n", 41*time.Second + 500*time.Millisecond},
+		{"# Server\r\nredis_version:7.0.15\r\nrun_id:abc\r\nuptime_in_seconds:1\r\nserver_time_usec:101200000\r\n", 200 * time.Millisecond},
+		{"run_id:abc\r\nuptime_in_seconds:0\r\nserver_time_usec:101999999\r\n", 0},
+		{"run_id:abc\r\nuptime_in_seconds:42\r\nserver_time_usec:1790000000500000\r\n", 41*time.Second + 500*time.Millisecond},
 		// An older Redis, no server_time_usec: uptime − 1 s.
-		{"# Server\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n", 41 * time.Second},
-		{"uptime_in_seconds:0\r\n", 0},
+		{"# Server\r\nrun_id:abc\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n", 41 * time.Second},
+		{"uptime_in_seconds:0\r\nrun_id:abc\r\n", 0},
 	}
 	for _, tt := range tests {
-		if got, err := age(tt.info); err != nil || got != tt.want {
-			t.Errorf("age(%q) = %v, %v; want %v", tt.info, got, err, tt.want)
+		if run, got, err := serverAge(tt.info); err != nil || got != tt.want || run != "abc" {
+			t.Errorf("serverAge(%q) = %q, %v, %v; want abc, %v", tt.info, run, got, err, tt.want)
 		}
 	}
-	for _, bad := range []string{"", "# Server\r\nredis_version:7.0.15\r\n", "uptime_in_seconds:-1\r\n", "uptime_in_seconds:x\r\n", "server_time_usec:5\r\n"} {
-		if _, err := age(bad); !errors.Is(err, errNoUptime) {
-			t.Errorf("age(%q): %v, want errNoUptime", bad, err)
+	for _, bad := range []string{"", "# Server\r\nredis_version:7.0.15\r\n", "run_id:abc\r\nuptime_in_seconds:-1\r\n",
+		"run_id:abc\r\nuptime_in_seconds:x\r\n", "run_id:abc\r\nserver_time_usec:5\r\n", "uptime_in_seconds:5\r\n"} {
+		if _, _, err := serverAge(bad); !errors.Is(err, errNoUptime) {
+			t.Errorf("serverAge(%q): %v, want errNoUptime", bad, err)
 		}
 	}
 }
@@ -40,12 +42,20 @@ func TestRestartedShard(t *testing.T) {
 	t0 := time.Unix(1_790_000_000, 0)
 	a := newAvailability(ttl, 100*time.Millisecond, time.Second)
 	a.answered(t0, t0.Add(time.Millisecond), 7, 9)
-	a.restarted(7, t0.Add(2*time.Second))
+	if !a.restarted(7, "r", t0.Add(2*time.Second)) {
+		t.Fatal("a new run not counted")
+	}
 	now := t0.Add(2500 * time.Millisecond)
 	if got := a.answeredFor(7, ttl, now); got != 500*time.Millisecond {
 		t.Errorf("restarted shard: answeredFor = %v, want 500ms", got)
 	}
 	if got := a.answeredFor(9, ttl, now); got != 0 {
 		t.Errorf("other shard: answeredFor = %v, want 0", got)
+	}
+	if a.restarted(7, "r", now) {
+		t.Error("a run counted twice")
+	}
+	if !a.restarted(9, "r", now) {
+		t.Error("another shard's run not counted")
 	}
 }

@@ -195,6 +195,7 @@ func (s *Supervisor) check(t step) {
 		s.killFor(w, health.ExitBadHeartbeat, "bad_heartbeat", "invalid heartbeat "+quoteShort(p.Value))
 	case p.TTL > 0:
 		w.sawBeat, w.expires = true, now.Add(p.TTL)
+		w.beatAt = now.Add(min(p.TTL-hb.TTL, 0)) // a recovering window's TTL is longer
 		if beaten(p.Status) && w.rec.Status == health.StatusStarting {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, p.HealthySince
 		}
@@ -215,13 +216,12 @@ func (s *Supervisor) check(t step) {
 		// once it has answered for a TTL (fault explorer E14).
 		s.arm(w, timerCheck, s.redis.answeredFor(sh, hb.TTL, now)+time.Millisecond)
 	case w.sawBeat || beaten(p.Status):
-		// Before the kill: did Redis restart unseen (serverStart)?
-		if !s.serverStart(w, sh) {
+		// Before the kill: did Redis restart unseen since the last beat
+		// (restartUnseen)?
+		if !s.restartUnseen(w, sh, w.beatAt) {
 			return
 		}
 		if d := s.redis.answeredFor(sh, hb.TTL, s.cfg.Clock.Now()); d > 0 {
-			s.logw(w).Warn("heartbeat key expired across a Redis restart the monitor did not see: judged again a TTL after it",
-				"pid", w.proc.pid, "redis_started", s.redis.shardAnsweringSince(sh).Format(time.RFC3339Nano))
 			s.arm(w, timerCheck, d+time.Millisecond)
 			return
 		}
@@ -231,7 +231,7 @@ func (s *Supervisor) check(t step) {
 			return hb.StartTimeout - s.cfg.Clock.Now().Sub(latest(w.judgeFrom, s.redis.shardAnsweringSince(sh)))
 		}
 		if left() <= 0 {
-			if !s.serverStart(w, sh) {
+			if !s.restartUnseen(w, sh, w.judgeFrom) {
 				return
 			}
 			if left() <= 0 {

@@ -68,6 +68,7 @@ type Supervisor struct {
 	workers      map[health.ComponentID]*worker
 	seq          uint64
 	redis        availability // whether Redis answers, and since when
+	infoRefused  bool         // Redis would not say when it started (restartUnseen): warned once
 	stopPulse    func() bool  // stops the pulse timer
 	shuttingDown bool
 	deferred     []func()  // run once the current message is handled

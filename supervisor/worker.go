@@ -21,9 +21,11 @@ type worker struct {
 	stop  *stopReq  // stopping, releasing, fenced: the stop in flight
 	kill  killCause // set when the monitor killed the process itself
 	// sawBeat and expires: the process's heartbeat as last read
-	// (expires: when it runs out, for the crash-detection latency).
+	// (expires: when it runs out, for the crash-detection latency;
+	// beatAt: the latest its last beat can have been).
 	sawBeat bool
 	expires time.Time
+	beatAt  time.Time
 	// judgeFrom is when start_timeout began to count: the spawn, or
 	// Redis's return if the process started while it was unreachable (no
 	// start is judged by time Redis was away).
