@@ -14,8 +14,7 @@ import (
 // restartUnseen is asked before a heartbeat deadline kills w, whose key
 // is gone: did the Redis server that holds it (re)start after w's last
 // beat (beat: the latest it can have been; for a worker that never beat,
-// when start_timeout began), and after the last outage the monitor saw
-// end? A restart that fell between the monitor's calls (a fast one, or
+// when start_timeout began)? A restart that fell between the monitor's calls (a fast one, or
 // one while the monitor could not run: a machine so loaded that its
 // goroutine waited longer than the restart) is an outage it did not see.
 // The worker could not beat meanwhile, nor while the server loaded its
@@ -45,18 +44,22 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	switch {
 	case err == nil:
 		s.answered(start, sh)
-		// The latest the server can have started; a start before the
-		// shard's last return the monitor saw was in that outage, whose
-		// grace was given.
+		// The latest the server can have started. (Not compared with the
+		// shard's last return the monitor saw: on a Cluster another node's
+		// answer moves it, while this one may still load. A restart the
+		// monitor did see costs a hung worker one TTL more, once.)
 		now := s.cfg.Clock.Now()
-		at := now.Add(-age)
-		if at.After(beat) && at.After(s.redis.shardAnsweringSince(sh)) && s.redis.restarted(sh, run, now) {
+		if now.Add(-age).After(beat) && s.redis.restarted(sh, run, now) {
 			s.logw(w).Warn("heartbeat key gone after a Redis restart the monitor did not see: judged again a TTL from now",
 				"pid", w.proc.pid, "redis_run_id", run, "redis_up_at_least", age)
 		}
 	case errors.As(err, &rerr) && faultKind(err) == kindUnreachable, errors.Is(err, errNoUptime):
 		s.answered(start, sh)
-		if !s.infoRefused {
+		switch {
+		case !infoRefusal(err):
+			// Another error reply (max clients…): this time only.
+			s.logw(w).Warn("could not ask Redis when it started (INFO server): judged without it", "err", err)
+		case !s.infoRefused:
 			s.infoRefused = true
 			s.log.Warn("redis does not say when it started (INFO server): a Redis restart between the monitor's calls may be taken for a hang", "err", err)
 		}
@@ -69,6 +72,18 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 }
 
 var errNoUptime = errors.New("INFO server lacks run_id or uptime_in_seconds")
+
+// infoRefusal reports whether err is a lasting refusal of INFO server: no
+// permission (an ACL), a command or section this server or proxy does not
+// know, or the fields missing.
+func infoRefusal(err error) bool {
+	if errors.Is(err, errNoUptime) {
+		return true
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "unknown command") ||
+		strings.Contains(msg, "not supported") || strings.Contains(msg, "unknown section")
+}
 
 // serverRun reads, from the server that holds key (on a Redis Cluster,
 // its master), its run_id and how long it has run at least (serverAge).

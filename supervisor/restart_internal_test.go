@@ -59,3 +59,21 @@ func TestRestartedShard(t *testing.T) {
 		t.Error("another shard's run not counted")
 	}
 }
+
+// TestInfoRefusal tells a lasting refusal of INFO server from a passing
+// error reply.
+func TestInfoRefusal(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"section (server) is not supported":                              true, // miniredis
+		"NOPERM User vigil has no permissions to run the 'info' command": true,
+		"ERR unknown command 'INFO', with args beginning with: 'server'": true,
+		"ERR max number of clients reached":                              false,
+	} {
+		if got := infoRefusal(errors.New(msg)); got != want {
+			t.Errorf("infoRefusal(%q) = %v, want %v", msg, got, want)
+		}
+	}
+	if !infoRefusal(errNoUptime) {
+		t.Error("infoRefusal(errNoUptime) = false")
+	}
+}

@@ -108,7 +108,7 @@ func (s *Supervisor) spawn(t step, actor health.Actor, writeRestarts bool) error
 		w.rec = prev
 		return err
 	}
-	w.sawBeat, w.kill, w.stop, w.expires = false, killCause{}, nil, time.Time{}
+	w.sawBeat, w.kill, w.stop, w.expires, w.beatAt = false, killCause{}, nil, time.Time{}, time.Time{}
 	if w.unjudged != nil {
 		// An operator's start: the exit seen while Redis was away is not
 		// judged (nor counted) any more.
@@ -195,7 +195,9 @@ func (s *Supervisor) check(t step) {
 		s.killFor(w, health.ExitBadHeartbeat, "bad_heartbeat", "invalid heartbeat "+quoteShort(p.Value))
 	case p.TTL > 0:
 		w.sawBeat, w.expires = true, now.Add(p.TTL)
-		w.beatAt = now.Add(min(p.TTL-hb.TTL, 0)) // a recovering window's TTL is longer
+		// From before the read: the monitor may wait between its reply
+		// and now (a recovering window's TTL is longer than hb.TTL).
+		w.beatAt = start.Add(min(p.TTL-hb.TTL, 0))
 		if beaten(p.Status) && w.rec.Status == health.StatusStarting {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, p.HealthySince
 		}
