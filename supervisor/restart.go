@@ -14,15 +14,15 @@ import (
 // restartUnseen is asked before a heartbeat deadline kills w, whose key
 // is gone: did the Redis server that holds it (re)start after w's last
 // beat (beat: the latest it can have been; for a worker that never beat,
-// when start_timeout began)? A restart that fell between the monitor's calls (a fast one, or
-// one while the monitor could not run: a machine so loaded that its
-// goroutine waited longer than the restart) is an outage it did not see.
-// The worker could not beat meanwhile, nor while the server loaded its
-// data: its key expired for that, not for a hang. Then the shard is taken
-// to answer from now (availability.restarted), once per run of the
-// server, and the caller judges again with the TTL of grace that gives: a
-// hung worker is killed a TTL later than it would have been, a healthy
-// one lives.
+// when start_timeout began)? A restart that fell between the monitor's
+// calls (a fast one, or one while the monitor could not run: a machine so
+// loaded that its goroutine waited longer than the restart) is an outage
+// it did not see. The worker could not beat meanwhile, nor while the
+// server loaded its data: its key expired for that, not for a hang. Then
+// the shard is taken to answer from now (availability.restarted), once
+// per run of the server, and the caller judges again with the TTL of
+// grace that gives: a hung worker is killed a TTL later than it would
+// have been, a healthy one lives.
 //
 // It asks INFO server: run_id, and how long the server has run at least
 // (serverAge), so a restart is never missed for the rounding of its
@@ -30,10 +30,10 @@ import (
 //
 // It reports false when the call failed: Redis does not answer (or
 // refuses, LOADING…), an outage, judged after Redis returns. A server
-// that answers without saying (an ACL without INFO, a proxy, a Redis that
-// lacks the fields, miniredis) leaves the judgement as it was, with a
-// warning once: a hang kill is then never put off by a reply that will
-// not change.
+// that answers with an error or without the fields (an ACL without INFO,
+// a proxy, miniredis) leaves the judgement as it was, with a warning (once
+// for a lasting refusal): a hang kill is never put off by a reply that
+// may not change.
 func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	key := s.store.Keys().Heartbeat(w.id)
 	start := s.cfg.Clock.Now()
