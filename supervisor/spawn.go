@@ -219,8 +219,9 @@ func (s *Supervisor) check(t step) {
 		s.arm(w, timerCheck, s.redis.answeredFor(sh, hb.TTL, now)+time.Millisecond)
 	case w.sawBeat || beaten(p.Status):
 		// Before the kill: did Redis restart unseen since the last beat
-		// (restartUnseen)?
-		if !s.restartUnseen(w, sh, w.beatAt) {
+		// (restartUnseen)? A worker whose key the monitor never read
+		// alive (its record says it beat) beat after its start at least.
+		if !s.restartUnseen(w, sh, latest(w.beatAt, w.judgeFrom)) {
 			return
 		}
 		if d := s.redis.answeredFor(sh, hb.TTL, s.cfg.Clock.Now()); d > 0 {
