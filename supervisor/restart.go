@@ -13,11 +13,11 @@ import (
 
 // restartUnseen is asked before a heartbeat deadline kills w, whose key
 // is gone: did the Redis server that holds it (re)start after w's last
-// beat (beat: the latest it can have been; for a worker that never beat,
-// when start_timeout began)? A restart that fell between the monitor's
-// calls (a fast one, or one while the monitor could not run: a machine so
-// loaded that its goroutine waited longer than the restart) is an outage
-// it did not see. The worker could not beat meanwhile, nor while the
+// beat (beat: a time the last beat came no earlier than; for a worker
+// that never beat, when start_timeout began)? A restart that fell
+// between the monitor's calls (a fast one, or one while the monitor could
+// not run: a machine so loaded that its goroutine waited longer than the
+// restart) is an outage it did not see. The worker could not beat meanwhile, nor while the
 // server loaded its data: its key expired for that, not for a hang. Then
 // the shard is taken to answer from now (availability.restarted), once
 // per run of the server, and the caller judges again with the TTL of

@@ -22,7 +22,7 @@ type worker struct {
 	kill  killCause // set when the monitor killed the process itself
 	// sawBeat and expires: the process's heartbeat as last read
 	// (expires: when it runs out, for the crash-detection latency;
-	// beatAt: the latest its last beat can have been).
+	// beatAt: a time its last beat came no earlier than).
 	sawBeat bool
 	expires time.Time
 	beatAt  time.Time
