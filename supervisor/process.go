@@ -22,8 +22,10 @@ import (
 
 // process is one running child.
 type process struct {
-	cmd     *exec.Cmd
-	pid     int
+	cmd *exec.Cmd
+	pid int
+	// started is read before the fork: no beat of the process came
+	// earlier (restartUnseen's bound for a process never read alive).
 	started time.Time
 }
 
@@ -148,6 +150,7 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 		return nil, fmt.Errorf("spawn %s: pipe: %w", id, err)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
+	started := s.cfg.Clock.Now() // before the fork: the process beat no earlier
 	// No pass of the reaper may see the new child before it is known as a
 	// leader (whose exit status is os/exec's to collect).
 	reap.mu.Lock()
@@ -161,7 +164,7 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 		r.Close()
 		return nil, fmt.Errorf("spawn %s: %w", id, err)
 	}
-	proc := &process{cmd: cmd, pid: cmd.Process.Pid, started: s.cfg.Clock.Now()}
+	proc := &process{cmd: cmd, pid: cmd.Process.Pid, started: started}
 	captured := make(chan struct{})
 	s.groups.add(proc.pid)
 	s.wg.Add(2)

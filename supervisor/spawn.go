@@ -221,7 +221,11 @@ func (s *Supervisor) check(t step) {
 		// Before the kill: did Redis restart unseen since the last beat
 		// (restartUnseen)? A worker whose key the monitor never read
 		// alive (its record says it beat) beat after its start at least.
-		if !s.restartUnseen(w, sh, latest(w.beatAt, w.judgeFrom)) {
+		// Not after judgeFrom, which Redis's return moves (rewriteState):
+		// a restart of this shard before an outage of another ended would
+		// be missed, and on a Cluster a healthy worker killed (review of
+		// c19eae5).
+		if !s.restartUnseen(w, sh, latest(w.beatAt, w.proc.started)) {
 			return
 		}
 		if d := s.redis.answeredFor(sh, hb.TTL, s.cfg.Clock.Now()); d > 0 {

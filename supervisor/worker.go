@@ -27,8 +27,9 @@ type worker struct {
 	expires time.Time
 	beatAt  time.Time
 	// judgeFrom is when start_timeout began to count: the spawn, or
-	// Redis's return if the process started while it was unreachable (no
-	// start is judged by time Redis was away).
+	// Redis's last return (rewriteState moves it for every running
+	// process: no start is judged by time Redis was away). Not a bound of
+	// the last beat (beatAt, proc.started).
 	judgeFrom time.Time
 	// outage is the outage during which the current process was started
 	// (0: Redis was reachable). Its exit before the monitor saw it beat is

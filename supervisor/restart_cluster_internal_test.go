@@ -1,0 +1,116 @@
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/internal/testlog"
+	"github.com/vigil-dev/vigil/internal/testredis"
+)
+
+// TestUnseenRestartThenAnOutageOfAnother (review of c19eae5, invariant 5):
+// on a Redis Cluster, the server of a healthy worker's shard restarts
+// while the monitor makes no call to it (its key expires meanwhile), and
+// then an outage the monitor does see, of the whole Redis as far as it
+// knows but not marked on this shard (a failed lease renewal, another
+// shard's failure), ends. The rewrite after the outage arms the worker's
+// check at once, its shard having answered all along; the key is gone.
+// The monitor must still find the restart (the server started after the
+// worker's last beat) and give the grace, not kill the worker.
+//
+// Before the fix the last beat was bounded below by judgeFrom, which the
+// rewrite moves to Redis's return: the server had started before that, no
+// grace, the healthy worker killed and counted.
+//
+// White-box, to place the outage exactly: the monitor's goroutine is not
+// run; its steps (check, the outage, the return) are called in order. The
+// restart is made with the clock: the monitor's fake clock moves on an
+// hour past the beat, so the cluster's servers, a few seconds old, started
+// after it, as after a restart the monitor did not see.
+func TestUnseenRestartThenAnOutageOfAnother(t *testing.T) {
+	c := testredis.StartCluster(t)
+	rdb, err := redisconn.Open(c.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	clk := clock.NewFake(time.Now())
+	logs := &testlog.Buffer{}
+	store := health.NewStore(rdb, "vigil:", 0)
+	s, err := New(Config{
+		Host: "h", Clock: clk,
+		Pools:     []Pool{{Queue: "q", Workers: 1, Command: []string{"true"}}},
+		Heartbeat: Heartbeat{Interval: 300 * time.Millisecond, TTL: time.Second},
+		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
+	}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.shardOf(health.ComponentID{Queue: "q"}) == wholeRedis {
+		t.Fatal("a Cluster client's worker has no shard of its own: the test tests nothing")
+	}
+	// The worker: a real process, healthy.
+	p := exec.Command("sleep", "60")
+	p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
+	id := health.ComponentID{Queue: "q", Slot: 0}
+	started := clk.Now()
+	w := &worker{id: id, state: stRunning, proc: &process{pid: p.Process.Pid, started: started}, judgeFrom: started,
+		rec: health.Component{ID: id, Status: health.StatusHealthy, Instance: s.cfg.Instance, PID: p.Process.Pid}}
+	s.workers[id] = w
+	t.Cleanup(func() { s.disarmAll(w) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys := store.Keys()
+	if err := rdb.HSet(ctx, keys.Component(id), health.FieldStatus, string(health.StatusHealthy),
+		health.FieldPID, strconv.Itoa(p.Process.Pid), health.FieldInstance, s.cfg.Instance).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A beat, read alive: the last beat came no earlier than now.
+	if err := rdb.Set(ctx, keys.Heartbeat(id), strconv.FormatInt(time.Now().UnixMilli(), 10), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	judge := func() { s.check(step{s: s, w: w, ev: evCheck, from: stRunning}) }
+	judge()
+	if !w.sawBeat {
+		t.Fatalf("the beat was not read:\n%s", logs)
+	}
+	s.disarmAll(w)
+
+	// The unseen restart: an hour later by the monitor's clock, its key
+	// gone (expired while the server restarted).
+	clk.Advance(time.Hour)
+	if err := rdb.Del(ctx, keys.Heartbeat(id)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The outage, not marked on this shard, ends.
+	s.redis.lost()
+	s.onRedisUp()
+	if !s.armed(w, timerCheck) || !w.judgeFrom.After(w.beatAt) {
+		t.Fatalf("the rewrite did not re-arm the worker's check from Redis's return (judgeFrom %v, beatAt %v):\n%s",
+			w.judgeFrom, w.beatAt, logs)
+	}
+	s.disarmAll(w)
+	judge()
+
+	out := logs.String()
+	if strings.Contains(out, "killing worker") {
+		t.Fatalf("the healthy worker was killed after an unseen restart and another outage's end:\n%s", out)
+	}
+	if !strings.Contains(out, "did not see: judged again") || !s.armed(w, timerCheck) {
+		t.Fatalf("no grace given for the unseen restart:\n%s", out)
+	}
+}
