@@ -1,6 +1,9 @@
 package supervisor
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // availability is the monitor's judgement of whether Redis answers, made
 // from the monitor's own calls (no separate probe while Redis answers). It
@@ -62,10 +65,15 @@ type availability struct {
 	// slots: a Redis Cluster's shards, by hash slot (see shardOf); absent
 	// until a call to it is seen (it answered always, as far as we know).
 	slots map[shard]*span
-	// runs: the run_id of the server of each shard whose restart gave a
-	// grace (restarted).
-	runs map[shard]string
+	// runs: the run_ids of the servers of each shard whose restart gave a
+	// grace (restarted), the last keptRuns of them.
+	runs map[shard][]string
 }
+
+// keptRuns is how many runs of a shard's servers restarted remembers:
+// servers that answer in turn (a proxy over two, a master that moves
+// back and forth) give the grace once each, not at every judgement.
+const keptRuns = 4
 
 // shard names where a worker's keys live: wholeRedis, or on a Redis
 // Cluster the hash slot of its keys.
@@ -85,7 +93,7 @@ type span struct {
 // calls bounded by opTimeout.
 func newAvailability(ttl, interval, opTimeout time.Duration) availability {
 	pulse := max((ttl-interval)/3, time.Millisecond)
-	return availability{pulse: pulse, slow: min(pulse, opTimeout/2), slots: map[shard]*span{}, runs: map[shard]string{}}
+	return availability{pulse: pulse, slow: min(pulse, opTimeout/2), slots: map[shard]*span{}, runs: map[shard][]string{}}
 }
 
 // quiet reports whether no timed call was answered for a pulse before now:
@@ -205,16 +213,21 @@ func (a *availability) unseen(start, end time.Time) bool {
 // outage it did not see, in which no worker could beat. The shard answers
 // from now on, learnt at now (the call that found the key gone was
 // answered, so the server had loaded its data by then). Once per run: it
-// reports false, and changes nothing, for a run already counted, so that
+// reports false, and changes nothing, for a run already counted (one of
+// the shard's last keptRuns), so that
 // a hung worker is judged as usual a TTL later however its server's
 // start is read (a fake clock, a proxy's own uptime). For wholeRedis it
 // is the whole Redis's return: a host is judged lost only a tick after
 // it, as after any outage.
 func (a *availability) restarted(sh shard, run string, now time.Time) bool {
-	if a.runs[sh] == run {
+	runs := a.runs[sh]
+	if slices.Contains(runs, run) {
 		return false
 	}
-	a.runs[sh] = run
+	if len(runs) == keptRuns {
+		runs = slices.Delete(runs, 0, 1)
+	}
+	a.runs[sh] = append(runs, run)
 	if sh == wholeRedis {
 		a.since = latest(a.since, now)
 		return true

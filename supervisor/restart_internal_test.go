@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -57,6 +59,34 @@ func TestRestartedShard(t *testing.T) {
 	}
 	if !a.restarted(9, "r", now) {
 		t.Error("another shard's run not counted")
+	}
+}
+
+// TestRestartedRunsInTurn: servers that answer for a shard in turn (a
+// proxy over two, a master moving back and forth) give the grace once
+// each, not at every judgement: a hung worker is still killed (invariant
+// 4). Before, only the last run was kept, and A, B, A, B… each counted.
+func TestRestartedRunsInTurn(t *testing.T) {
+	a := newAvailability(time.Second, 100*time.Millisecond, time.Second)
+	t0 := time.Unix(1_790_000_000, 0)
+	var got []bool
+	for i, run := range []string{"A", "B", "A", "B", "A"} {
+		got = append(got, a.restarted(7, run, t0.Add(time.Duration(i)*time.Second)))
+	}
+	if want := []bool{true, true, false, false, false}; !slices.Equal(got, want) {
+		t.Fatalf("runs A, B, A, B, A counted %v, want %v", got, want)
+	}
+	// The memory is bounded: keptRuns later runs push A out.
+	for i := range keptRuns {
+		if !a.restarted(7, fmt.Sprint("r", i), t0) {
+			t.Fatalf("new run r%d not counted", i)
+		}
+	}
+	if !a.restarted(7, "A", t0) {
+		t.Error("a run pushed out by keptRuns later ones was not counted again")
+	}
+	if len(a.runs[7]) != keptRuns {
+		t.Errorf("%d runs kept, want %d", len(a.runs[7]), keptRuns)
 	}
 }
 
