@@ -33,7 +33,8 @@ import (
 // that answers with an error or without the fields (an ACL without INFO,
 // a proxy, miniredis) leaves the judgement as it was, with a warning (once
 // for a lasting refusal): a hang kill is never put off by a reply that
-// may not change.
+// may not change. Nor by a call that fails without a reply every time
+// (infoLostRefused).
 func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	key := s.store.Keys().Heartbeat(w.id)
 	start := s.cfg.Clock.Now()
@@ -41,6 +42,20 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	run, age, err := serverRun(ctx, s.store.Client(), key)
 	cancel()
 	var rerr redis.Error
+	if err == nil || errors.As(err, &rerr) || errors.Is(err, errNoUptime) {
+		s.infoLost = 0
+	} else {
+		s.infoLost++
+	}
+	// A call that fails without a reply is an outage, judged after Redis
+	// returns. Unless INFO is what fails: a proxy that drops the
+	// connection on a command it does not serve would make every
+	// judgement of a hung worker an outage, and the worker never killed
+	// (review of c19eae5). The second such failure in a row, with Redis
+	// back in between (the outage the first began has ended; on a Cluster
+	// a worker of another shard may be judged meanwhile), is taken as a
+	// refusal.
+	dropped := s.infoLost >= infoLostRefused && !s.redis.down()
 	switch {
 	case err == nil:
 		s.answered(start, sh)
@@ -52,6 +67,12 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 		if now.Add(-age).After(beat) && s.redis.restarted(sh, run, now) {
 			s.logw(w).Warn("heartbeat key gone after a Redis restart the monitor did not see: judged again a TTL from now",
 				"pid", w.proc.pid, "redis_run_id", run, "redis_up_at_least", age)
+		}
+	case dropped:
+		if !s.infoRefused {
+			s.infoRefused = true
+			s.log.Warn("redis answers every call but INFO server, which fails without a reply each time (a proxy that drops the connection?): a Redis restart between the monitor's calls may be taken for a hang",
+				"err", err, "failed_in_a_row", s.infoLost)
 		}
 	case errors.As(err, &rerr) && faultKind(err) == kindUnreachable, errors.Is(err, errNoUptime):
 		s.answered(start, sh)
@@ -70,6 +91,11 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	}
 	return true
 }
+
+// infoLostRefused is how many INFO calls in a row must fail without a
+// reply (Redis back in between: the outage each one began ended) for INFO
+// to be taken as refused rather than Redis as away.
+const infoLostRefused = 2
 
 var errNoUptime = errors.New("INFO server lacks run_id or uptime_in_seconds")
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 
@@ -250,6 +252,78 @@ func TestHangAfterRedisRestartKilled(t *testing.T) {
 	}
 	if _, again := h.logs.find(at+1, "did not see: judged again"); again {
 		t.Errorf("the grace given twice for one restart:\n%s", h.logs.since(mark))
+	}
+	h.waitFor(ids("q", 1)[0], func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != before.PID })
+}
+
+// TestHangKilledWhenInfoDropsTheConnection (review of c19eae5, invariant
+// 4): a proxy in front of Redis that answers every command but INFO, on
+// which it drops the connection (as a proxy may on a command it does not
+// serve). The monitor asks INFO server before each hang kill, and a call
+// that fails without a reply is an outage: the worker is judged again
+// after Redis's return, a TTL later. Before, that went on for as long as
+// the worker hung: it was never killed, and the monitor began an outage
+// every TTL. Now the second such failure in a row, Redis back in
+// between, is taken as a refusal of INFO: the hang is killed, after at
+// most two outages.
+func TestHangKilledWhenInfoDropsTheConnection(t *testing.T) {
+	t.Parallel()
+	env := testredis.New(t)
+	p, _ := env.Proxied(t)
+	opt, err := redis.ParseURL(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Addr, opt.MaxRetries = p.Addr(), -1 // each INFO sent once, each dropped
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	var drops atomic.Int64
+	wg.Go(func() {
+		isInfo := func(args []string) bool { return len(args) > 0 && strings.EqualFold(args[0], "info") }
+		for {
+			select {
+			case <-p.DropReply(isInfo):
+				drops.Add(1)
+			case <-ctx.Done():
+				p.DropReply(nil)
+				return
+			}
+		}
+	})
+	h := newHarnessOn(t, rdb, env.URL, env.Prefix, supervisor.Config{
+		Pools:     []supervisor.Pool{{Queue: "q", Workers: 1, Command: []string{testWorker, "beat"}}},
+		Policy:    shortBackoff,
+		Heartbeat: fastBeat,
+	})
+	h.start()
+	before := h.waitHealthy(ids("q", 1)...)[0]
+	mark := h.logs.mark()
+	if err := syscall.Kill(before.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(before.PID, syscall.SIGCONT) })
+
+	// The expiry, two outages (each found over within a second: the
+	// probe's PING and SET pass the proxy) and their TTLs of grace.
+	ttl := h.cfg.Heartbeat.TTL
+	kill := h.logs.wait(t, mark, waitTimeout+4*ttl, "killing worker", "heartbeat expired")
+	if n := drops.Load(); n != 2 {
+		t.Errorf("%d INFO calls dropped before the kill, want 2 (two outages, then a refusal)", n)
+	}
+	if _, ok := h.logs.find(mark, "INFO server, which fails without a reply each time"); !ok {
+		t.Errorf("no warning that INFO fails each time:\n%s", h.logs.since(mark))
+	}
+	outages := 0
+	for i := mark; i < kill; i++ {
+		if strings.Contains(h.logs.line(i), "redis unreachable") {
+			outages++
+		}
+	}
+	if outages > 2 {
+		t.Errorf("%d outages begun before the kill, want at most 2:\n%s", outages, h.logs.since(mark))
 	}
 	h.waitFor(ids("q", 1)[0], func(c health.Component) bool { return c.Status == health.StatusHealthy && c.PID != before.PID })
 }
