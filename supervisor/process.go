@@ -24,9 +24,10 @@ import (
 type process struct {
 	cmd *exec.Cmd
 	pid int
-	// started is read before the fork: no beat of the process came
-	// earlier (restartUnseen's bound for a process never read alive).
-	started time.Time
+	// began is read before the fork: no beat of the process came earlier
+	// (restartUnseen's bound for a process never read alive). started,
+	// after it: start_timeout counts from there.
+	began, started time.Time
 }
 
 // spawner starts children from one goroutine locked to its OS thread for
@@ -150,7 +151,7 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 		return nil, fmt.Errorf("spawn %s: pipe: %w", id, err)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
-	started := s.cfg.Clock.Now() // before the fork: the process beat no earlier
+	began := s.cfg.Clock.Now() // before the fork: the process beat no earlier
 	// No pass of the reaper may see the new child before it is known as a
 	// leader (whose exit status is os/exec's to collect).
 	reap.mu.Lock()
@@ -164,7 +165,7 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 		r.Close()
 		return nil, fmt.Errorf("spawn %s: %w", id, err)
 	}
-	proc := &process{cmd: cmd, pid: cmd.Process.Pid, started: started}
+	proc := &process{cmd: cmd, pid: cmd.Process.Pid, began: began, started: s.cfg.Clock.Now()}
 	captured := make(chan struct{})
 	s.groups.add(proc.pid)
 	s.wg.Add(2)

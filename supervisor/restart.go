@@ -42,20 +42,28 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	run, age, err := serverRun(ctx, s.store.Client(), key)
 	cancel()
 	var rerr redis.Error
-	if err == nil || errors.As(err, &rerr) || errors.Is(err, errNoUptime) {
-		s.infoLost = 0
-	} else {
-		s.infoLost++
-	}
+	replied := err == nil || errors.As(err, &rerr) || errors.Is(err, errNoUptime)
 	// A call that fails without a reply is an outage, judged after Redis
 	// returns. Unless INFO is what fails: a proxy that drops the
 	// connection on a command it does not serve would make every
 	// judgement of a hung worker an outage, and the worker never killed
-	// (review of c19eae5). The second such failure in a row, with Redis
-	// back in between (the outage the first began has ended; on a Cluster
-	// a worker of another shard may be judged meanwhile), is taken as a
-	// refusal.
-	dropped := s.infoLost >= infoLostRefused && !s.redis.down()
+	// (review of c19eae5). The second such failure in a row at this
+	// process's judgements is taken as a refusal, if each came while
+	// Redis answered otherwise and no beat was read (the count is reset
+	// then: a healthy worker beats in the grace an outage gives) and no
+	// outage began between them but the one the first began (second
+	// review: a count kept across unrelated outages, months apart, took
+	// a stall at a genuine restart for a refusal and killed a healthy
+	// worker).
+	switch {
+	case replied || s.redis.down():
+		w.infoLost = 0
+	case w.infoLost > 0 && s.redis.outages == w.infoOutage:
+		w.infoLost++
+	default:
+		w.infoLost = 1
+	}
+	dropped := w.infoLost >= infoLostRefused
 	switch {
 	case err == nil:
 		s.answered(start, sh)
@@ -69,10 +77,10 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 				"pid", w.proc.pid, "redis_run_id", run, "redis_up_at_least", age)
 		}
 	case dropped:
-		if !s.infoRefused {
-			s.infoRefused = true
+		if !s.infoDropped {
+			s.infoDropped = true
 			s.log.Warn("redis answers every call but INFO server, which fails without a reply each time (a proxy that drops the connection?): a Redis restart between the monitor's calls may be taken for a hang",
-				"err", err, "failed_in_a_row", s.infoLost)
+				"err", err, "failed_in_a_row", w.infoLost)
 		}
 	case errors.As(err, &rerr) && faultKind(err) == kindUnreachable, errors.Is(err, errNoUptime):
 		s.answered(start, sh)
@@ -87,14 +95,17 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	default:
 		s.redis.shardLost(sh)
 		s.redisFailed(err)
+		if w.infoLost == 1 {
+			w.infoOutage = s.redis.outages // the outage this failure began
+		}
 		return false
 	}
 	return true
 }
 
 // infoLostRefused is how many INFO calls in a row must fail without a
-// reply (Redis back in between: the outage each one began ended) for INFO
-// to be taken as refused rather than Redis as away.
+// reply at one process's judgements (see restartUnseen) for INFO to be
+// taken as refused rather than Redis as away.
 const infoLostRefused = 2
 
 var errNoUptime = errors.New("INFO server lacks run_id or uptime_in_seconds")

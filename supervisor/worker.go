@@ -26,6 +26,12 @@ type worker struct {
 	sawBeat bool
 	expires time.Time
 	beatAt  time.Time
+	// infoLost counts this process's judgements in a row whose INFO
+	// server failed without a reply, each while Redis answered otherwise,
+	// with no beat read and no other outage between them; infoOutage is
+	// the outage the first began (restartUnseen).
+	infoLost   int
+	infoOutage uint64
 	// judgeFrom is when start_timeout began to count: the spawn, or
 	// Redis's last return (rewriteState moves it for every running
 	// process: no start is judged by time Redis was away). Not a bound of

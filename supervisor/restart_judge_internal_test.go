@@ -67,7 +67,7 @@ func TestUnseenRestartThenAnOutageOfAnother(t *testing.T) {
 	t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
 	id := health.ComponentID{Queue: "q", Slot: 0}
 	started := clk.Now()
-	w := &worker{id: id, state: stRunning, proc: &process{pid: p.Process.Pid, started: started}, judgeFrom: started,
+	w := &worker{id: id, state: stRunning, proc: &process{pid: p.Process.Pid, began: started, started: started}, judgeFrom: started,
 		rec: health.Component{ID: id, Status: health.StatusHealthy, Instance: s.cfg.Instance, PID: p.Process.Pid}}
 	s.workers[id] = w
 	t.Cleanup(func() { s.disarmAll(w) })
@@ -112,5 +112,100 @@ func TestUnseenRestartThenAnOutageOfAnother(t *testing.T) {
 	}
 	if !strings.Contains(out, "did not see: judged again") || !s.armed(w, timerCheck) {
 		t.Fatalf("no grace given for the unseen restart:\n%s", out)
+	}
+}
+
+// TestInfoStallsMonthsApartKillNothing (second review of the INFO-drop
+// rule, invariant 5): twice, a month apart, an unseen restart loses a
+// healthy worker's key and Redis stalls just as the monitor asks INFO
+// (a reply held: the call times out, no reply). Each is an outage; the
+// worker beats, and is read alive, in between. Two failures without a
+// reply in a row are taken as a refusal of INFO only at one process's
+// judgements with no beat read and no other outage between them: here
+// the second stall is an outage again, not a refusal that kills the
+// healthy worker. (With the count kept for the whole supervisor, it was.)
+func TestInfoStallsMonthsApartKillNothing(t *testing.T) {
+	env := testredis.NewReal(t)
+	p, _ := env.Proxied(t)
+	rdb, err := redisconn.Open("redis://" + p.Addr() + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	clk := clock.NewFake(time.Now())
+	logs := &testlog.Buffer{}
+	store := health.NewStore(rdb, env.Prefix, 0)
+	s, err := New(Config{
+		Host: "h", Clock: clk, OpTimeout: 300 * time.Millisecond,
+		Pools:     []Pool{{Queue: "q", Workers: 1, Command: []string{"true"}}},
+		Heartbeat: Heartbeat{Interval: 300 * time.Millisecond, TTL: time.Second},
+		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
+	}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(s.dead); s.wg.Wait() }) // the probe of the second outage gives up
+	proc := exec.Command("sleep", "60")
+	proc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
+	id := health.ComponentID{Queue: "q", Slot: 0}
+	started := clk.Now()
+	w := &worker{id: id, state: stRunning, proc: &process{pid: proc.Process.Pid, began: started, started: started}, judgeFrom: started,
+		rec: health.Component{ID: id, Status: health.StatusHealthy, Instance: s.cfg.Instance, PID: proc.Process.Pid}}
+	s.workers[id] = w
+	t.Cleanup(func() { s.disarmAll(w) })
+	ctx := context.Background()
+	keys := store.Keys()
+	if err := env.Client.HSet(ctx, keys.Component(id), health.FieldStatus, string(health.StatusHealthy),
+		health.FieldPID, strconv.Itoa(proc.Process.Pid), health.FieldInstance, s.cfg.Instance).Err(); err != nil {
+		t.Fatal(err)
+	}
+	beat := func() {
+		if err := env.Client.Set(ctx, keys.Heartbeat(id), strconv.FormatInt(time.Now().UnixMilli(), 10), time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	judge := func() { s.check(step{s: s, w: w, ev: evCheck, from: stRunning}); s.disarmAll(w) }
+	isInfo := func(args []string) bool { return len(args) > 0 && strings.EqualFold(args[0], "info") }
+	// An unseen restart lost the key; Redis stalls just as INFO is sent.
+	event := func() {
+		clk.Advance(time.Hour) // the servers "started" after the last beat
+		if err := env.Client.Del(ctx, keys.Heartbeat(id)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, release := p.HoldReply(isInfo)
+		judge()
+		release()
+	}
+
+	beat()
+	judge()
+	if !w.sawBeat {
+		t.Fatalf("beat not read:\n%s", logs)
+	}
+	event() // genuine event 1
+	if !s.redis.down() {
+		t.Fatalf("first INFO stall did not begin an outage:\n%s", logs)
+	}
+	if w.infoLost != 1 {
+		t.Fatalf("after the first stall infoLost = %d, want 1", w.infoLost)
+	}
+	<-s.up // the probe: Redis answers
+	s.onRedisUp()
+	s.disarmAll(w)
+	// A month of a healthy worker: beats read alive, no INFO called.
+	for range 30 {
+		clk.Advance(24 * time.Hour)
+		beat()
+		judge()
+	}
+	mark := len(logs.String())
+	event() // genuine event 2, a month later
+	out := logs.String()[mark:]
+	if strings.Contains(out, "killing worker") || !s.redis.down() {
+		t.Fatalf("an INFO stall a month after another, beats read between, taken as a refusal: the healthy worker killed:\n%s", out)
 	}
 }
