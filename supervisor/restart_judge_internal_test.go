@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
 	"github.com/vigil-dev/vigil/internal/redisconn"
@@ -58,26 +60,11 @@ func TestUnseenRestartThenAnOutageOfAnother(t *testing.T) {
 	if s.shardOf(health.ComponentID{Queue: "q"}) == wholeRedis {
 		t.Fatal("a Cluster client's worker has no shard of its own: the test tests nothing")
 	}
-	// The worker: a real process, healthy.
-	p := exec.Command("sleep", "60")
-	p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
-	id := health.ComponentID{Queue: "q", Slot: 0}
-	started := clk.Now()
-	w := &worker{id: id, state: stRunning, proc: &process{pid: p.Process.Pid, began: started, started: started}, judgeFrom: started,
-		rec: health.Component{ID: id, Status: health.StatusHealthy, Instance: s.cfg.Instance, PID: p.Process.Pid}}
-	s.workers[id] = w
-	t.Cleanup(func() { s.disarmAll(w) })
+	w := healthyWorker(t, s, rdb)
+	id := w.id
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	keys := store.Keys()
-	if err := rdb.HSet(ctx, keys.Component(id), health.FieldStatus, string(health.StatusHealthy),
-		health.FieldPID, strconv.Itoa(p.Process.Pid), health.FieldInstance, s.cfg.Instance).Err(); err != nil {
-		t.Fatal(err)
-	}
 
 	// A beat, read alive: the last beat came no earlier than now.
 	if err := rdb.Set(ctx, keys.Heartbeat(id), strconv.FormatInt(time.Now().UnixMilli(), 10), time.Minute).Err(); err != nil {
@@ -145,24 +132,10 @@ func TestInfoStallsMonthsApartKillNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { close(s.dead); s.wg.Wait() }) // the probe of the second outage gives up
-	proc := exec.Command("sleep", "60")
-	proc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
-	id := health.ComponentID{Queue: "q", Slot: 0}
-	started := clk.Now()
-	w := &worker{id: id, state: stRunning, proc: &process{pid: proc.Process.Pid, began: started, started: started}, judgeFrom: started,
-		rec: health.Component{ID: id, Status: health.StatusHealthy, Instance: s.cfg.Instance, PID: proc.Process.Pid}}
-	s.workers[id] = w
-	t.Cleanup(func() { s.disarmAll(w) })
+	w := healthyWorker(t, s, env.Client)
+	id := w.id
 	ctx := context.Background()
 	keys := store.Keys()
-	if err := env.Client.HSet(ctx, keys.Component(id), health.FieldStatus, string(health.StatusHealthy),
-		health.FieldPID, strconv.Itoa(proc.Process.Pid), health.FieldInstance, s.cfg.Instance).Err(); err != nil {
-		t.Fatal(err)
-	}
 	beat := func() {
 		if err := env.Client.Set(ctx, keys.Heartbeat(id), strconv.FormatInt(time.Now().UnixMilli(), 10), time.Minute).Err(); err != nil {
 			t.Fatal(err)
@@ -208,4 +181,29 @@ func TestInfoStallsMonthsApartKillNothing(t *testing.T) {
 	if strings.Contains(out, "killing worker") || !s.redis.down() {
 		t.Fatalf("an INFO stall a month after another, beats read between, taken as a refusal: the healthy worker killed:\n%s", out)
 	}
+}
+
+// healthyWorker makes the running, healthy worker q:0 of s, not started by
+// s: a real process (sleep), and its record in Redis (written through rdb).
+func healthyWorker(t *testing.T, s *Supervisor, rdb redis.Cmdable) *worker {
+	t.Helper()
+	p := exec.Command("sleep", "60")
+	p.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
+	id := health.ComponentID{Queue: "q", Slot: 0}
+	started := s.cfg.Clock.Now()
+	w := &worker{id: id, state: stRunning, proc: &process{pid: p.Process.Pid, began: started, started: started}, judgeFrom: started,
+		rec: health.Component{ID: id, Status: health.StatusHealthy, Instance: s.cfg.Instance, PID: p.Process.Pid}}
+	s.workers[id] = w
+	t.Cleanup(func() { s.disarmAll(w) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rdb.HSet(ctx, s.store.Keys().Component(id), health.FieldStatus, string(health.StatusHealthy),
+		health.FieldPID, strconv.Itoa(p.Process.Pid), health.FieldInstance, s.cfg.Instance).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
