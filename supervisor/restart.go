@@ -33,37 +33,21 @@ import (
 // that answers with an error or without the fields (an ACL without INFO,
 // a proxy, miniredis) leaves the judgement as it was, with a warning (once
 // for a lasting refusal): a hang kill is never put off by a reply that
-// may not change. Nor by a call that fails without a reply every time
-// (infoLostRefused).
+// may not change. Nor by a call that fails without a reply while the
+// server answers PING (a proxy that drops INFO).
 func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	key := s.store.Keys().Heartbeat(w.id)
 	start := s.cfg.Clock.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
-	run, age, err := serverRun(ctx, s.store.Client(), key)
+	node, err := serverOf(ctx, s.store.Client(), key)
+	var run string
+	var age time.Duration
+	if err == nil {
+		run, age, err = serverRun(ctx, node)
+	}
 	cancel()
 	var rerr redis.Error
 	replied := err == nil || errors.As(err, &rerr) || errors.Is(err, errNoUptime)
-	// A call that fails without a reply is an outage, judged after Redis
-	// returns. Unless INFO is what fails: a proxy that drops the
-	// connection on a command it does not serve would make every
-	// judgement of a hung worker an outage, and the worker never killed
-	// (review of c19eae5). The second such failure in a row at this
-	// process's judgements is taken as a refusal, if each came while
-	// Redis answered otherwise and no beat was read (the count is reset
-	// then: a healthy worker beats in the grace an outage gives) and no
-	// outage began between them but the one the first began (second
-	// review: a count kept across unrelated outages, months apart, took
-	// a stall at a genuine restart for a refusal and killed a healthy
-	// worker).
-	switch {
-	case replied || s.redis.down():
-		w.infoLost = 0
-	case w.infoLost > 0 && s.redis.outages == w.infoOutage:
-		w.infoLost++
-	default:
-		w.infoLost = 1
-	}
-	dropped := w.infoLost >= infoLostRefused
 	switch {
 	case err == nil:
 		s.answered(start, sh)
@@ -76,12 +60,6 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 			s.logw(w).Warn("heartbeat key gone after a Redis restart the monitor did not see: judged again a TTL from now",
 				"pid", w.proc.pid, "redis_run_id", run, "redis_up_at_least", age)
 		}
-	case dropped:
-		if !s.infoDropped {
-			s.infoDropped = true
-			s.log.Warn("redis answers every call but INFO server, which fails without a reply each time (a proxy that drops the connection?): a Redis restart between the monitor's calls may be taken for a hang",
-				"err", err, "failed_in_a_row", w.infoLost)
-		}
 	case errors.As(err, &rerr) && faultKind(err) == kindUnreachable, errors.Is(err, errNoUptime):
 		s.answered(start, sh)
 		switch {
@@ -92,21 +70,37 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 			s.infoRefused = true
 			s.log.Warn("redis does not say when it started (INFO server): a Redis restart between the monitor's calls may be taken for a hang", "err", err)
 		}
+	case !replied && node != nil && s.pings(node):
+		// INFO failed without a reply, and the same server answers PING
+		// at once: INFO is what fails, not Redis (a proxy that drops the
+		// connection on a command it does not serve). As an outage it
+		// would be judged again after the return, and again, a hung
+		// worker never killed (review of c19eae5). A server that answers
+		// both only after a stall (INFO timed out) was slow: the call
+		// from INFO's start to PING's answer counts as one, and a slow
+		// one gives the grace (answeredFor). A restart cannot fall
+		// between the two calls: the server that answered the heartbeat
+		// read just before cannot be down and up again in that time.
+		s.answered(start, sh)
+		if !s.infoDropped {
+			s.infoDropped = true
+			s.log.Warn("redis answers PING but INFO server fails without a reply (a proxy that drops the connection?): a Redis restart between the monitor's calls may be taken for a hang",
+				"err", err)
+		}
 	default:
 		s.redis.shardLost(sh)
 		s.redisFailed(err)
-		if w.infoLost == 1 {
-			w.infoOutage = s.redis.outages // the outage this failure began
-		}
 		return false
 	}
 	return true
 }
 
-// infoLostRefused is how many INFO calls in a row must fail without a
-// reply at one process's judgements (see restartUnseen) for INFO to be
-// taken as refused rather than Redis as away.
-const infoLostRefused = 2
+// pings reports whether node answers PING within OpTimeout.
+func (s *Supervisor) pings(node redis.Cmdable) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
+	defer cancel()
+	return node.Ping(ctx).Err() == nil
+}
 
 var errNoUptime = errors.New("INFO server lacks run_id or uptime_in_seconds")
 
@@ -122,20 +116,23 @@ func infoRefusal(err error) bool {
 		strings.Contains(msg, "not supported") || strings.Contains(msg, "unknown section")
 }
 
-// serverRun reads, from the server that holds key (on a Redis Cluster,
-// its master), its run_id and how long it has run at least (serverAge).
-func serverRun(ctx context.Context, rdb redis.UniversalClient, key string) (string, time.Duration, error) {
-	var info *redis.StringCmd
+// serverOf returns a client of the server that holds key: on a Redis
+// Cluster, its master; else rdb itself.
+func serverOf(ctx context.Context, rdb redis.UniversalClient, key string) (redis.Cmdable, error) {
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		node, err := cc.MasterForKey(ctx, key)
 		if err != nil {
-			return "", 0, err
+			return nil, err
 		}
-		info = node.Info(ctx, "server")
-	} else {
-		info = rdb.Info(ctx, "server")
+		return node, nil
 	}
-	text, err := info.Result()
+	return rdb, nil
+}
+
+// serverRun reads, from node, its run_id and how long it has run at least
+// (serverAge).
+func serverRun(ctx context.Context, node redis.Cmdable) (string, time.Duration, error) {
+	text, err := node.Info(ctx, "server").Result()
 	if err != nil {
 		return "", 0, err
 	}

@@ -109,7 +109,6 @@ func (s *Supervisor) spawn(t step, actor health.Actor, writeRestarts bool) error
 		return err
 	}
 	w.sawBeat, w.kill, w.stop, w.expires, w.beatAt = false, killCause{}, nil, time.Time{}, time.Time{}
-	w.infoLost = 0
 	if w.unjudged != nil {
 		// An operator's start: the exit seen while Redis was away is not
 		// judged (nor counted) any more.
@@ -195,7 +194,7 @@ func (s *Supervisor) check(t step) {
 	case p.Value != "" && !health.ValidHeartbeat(p.Value):
 		s.killFor(w, health.ExitBadHeartbeat, "bad_heartbeat", "invalid heartbeat "+quoteShort(p.Value))
 	case p.TTL > 0:
-		w.sawBeat, w.expires, w.infoLost = true, now.Add(p.TTL), 0
+		w.sawBeat, w.expires = true, now.Add(p.TTL)
 		// From before the read: the monitor may wait between its reply
 		// and now (a recovering window's TTL is longer than hb.TTL).
 		w.beatAt = start.Add(min(p.TTL-hb.TTL, 0))

@@ -69,7 +69,7 @@ type Supervisor struct {
 	seq          uint64
 	redis        availability // whether Redis answers, and since when
 	infoRefused  bool         // Redis would not say when it started (restartUnseen): warned once
-	infoDropped  bool         // INFO server failed without a reply at a worker's judgements in a row (restartUnseen): warned once
+	infoDropped  bool         // INFO server failed without a reply while its server answered PING (restartUnseen): warned once
 	stopPulse    func() bool  // stops the pulse timer
 	shuttingDown bool
 	deferred     []func()  // run once the current message is handled

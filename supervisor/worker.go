@@ -26,16 +26,10 @@ type worker struct {
 	sawBeat bool
 	expires time.Time
 	beatAt  time.Time
-	// infoLost counts this process's judgements in a row whose INFO
-	// server failed without a reply, each while Redis answered otherwise,
-	// with no beat read and no other outage between them; infoOutage is
-	// the outage the first began (restartUnseen).
-	infoLost   int
-	infoOutage uint64
 	// judgeFrom is when start_timeout began to count: the spawn, or
 	// Redis's last return (rewriteState moves it for every running
 	// process: no start is judged by time Redis was away). Not a bound of
-	// the last beat (beatAt, proc.started).
+	// the last beat (beatAt, proc.began).
 	judgeFrom time.Time
 	// outage is the outage during which the current process was started
 	// (0: Redis was reachable). Its exit before the monitor saw it beat is
