@@ -214,11 +214,10 @@ func (a *availability) unseen(start, end time.Time) bool {
 // from now on, learnt at now (the call that found the key gone was
 // answered, so the server had loaded its data by then). Once per run: it
 // reports false, and changes nothing, for a run already counted (one of
-// the shard's last keptRuns), so that
-// a hung worker is judged as usual a TTL later however its server's
-// start is read (a fake clock, a proxy's own uptime). For wholeRedis it
-// is the whole Redis's return: a host is judged lost only a tick after
-// it, as after any outage.
+// the shard's last keptRuns), so that a hung worker is judged as usual a
+// TTL later however its server's start is read (a fake clock, a proxy's
+// own uptime). For wholeRedis it is the whole Redis's return: a host is
+// judged lost only a tick after it, as after any outage.
 func (a *availability) restarted(sh shard, run string, now time.Time) bool {
 	runs := a.runs[sh]
 	if slices.Contains(runs, run) {
