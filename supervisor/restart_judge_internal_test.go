@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"os/exec"
@@ -69,15 +70,7 @@ func TestUnseenRestartThenAnOutageOfAnother(t *testing.T) {
 	keys := store.Keys()
 
 	// A beat, read alive: the last beat came no earlier than now.
-	if err := rdb.Set(ctx, keys.Heartbeat(id), strconv.FormatInt(time.Now().UnixMilli(), 10), time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	judge := func() { s.check(step{s: s, w: w, ev: evCheck, from: stRunning}) }
-	judge()
-	if !w.sawBeat {
-		t.Fatalf("the beat was not read:\n%s", logs)
-	}
-	s.disarmAll(w)
+	judge := readAlive(t, s, w, rdb, logs)
 
 	// The unseen restart: an hour later by the monitor's clock, its key
 	// gone (expired while the server restarted).
@@ -142,15 +135,7 @@ func TestInfoStallAtAJudgementKillsNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	key := store.Keys().Heartbeat(w.id)
-	if err := rdb.Set(ctx, key, strconv.FormatInt(time.Now().UnixMilli(), 10), time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	judge := func() { s.check(step{s: s, w: w, ev: evCheck, from: stRunning}) }
-	judge()
-	if !w.sawBeat {
-		t.Fatalf("the beat was not read:\n%s", logs)
-	}
-	s.disarmAll(w)
+	judge := readAlive(t, s, w, rdb, logs)
 	// The restart (keeping the data), the key lost in it.
 	srv.Save()
 	srv.Stop()
@@ -198,4 +183,23 @@ func healthyWorker(t *testing.T, s *Supervisor, rdb redis.Cmdable) *worker {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// readAlive writes w's heartbeat key and has the monitor read it alive
+// (check, disarmed after): the last beat came no earlier than now. It
+// returns the judgement, to call again.
+func readAlive(t *testing.T, s *Supervisor, w *worker, rdb redis.Cmdable, logs fmt.Stringer) func() {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rdb.Set(ctx, s.store.Keys().Heartbeat(w.id), strconv.FormatInt(time.Now().UnixMilli(), 10), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	judge := func() { s.check(step{s: s, w: w, ev: evCheck, from: stRunning}) }
+	judge()
+	if !w.sawBeat {
+		t.Fatalf("the beat was not read:\n%s", logs)
+	}
+	s.disarmAll(w)
+	return judge
 }
