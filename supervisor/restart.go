@@ -17,12 +17,12 @@ import (
 // that never beat, when start_timeout began)? A restart that fell
 // between the monitor's calls (a fast one, or one while the monitor could
 // not run: a machine so loaded that its goroutine waited longer than the
-// restart) is an outage it did not see. The worker could not beat meanwhile, nor while the
-// server loaded its data: its key expired for that, not for a hang. Then
-// the shard is taken to answer from now (availability.restarted), once
-// per run of the server, and the caller judges again with the TTL of
-// grace that gives: a hung worker is killed a TTL later than it would
-// have been, a healthy one lives.
+// restart) is an outage it did not see. The worker could not beat
+// meanwhile, nor while the server loaded its data: its key expired for
+// that, not for a hang. Then the shard is taken to answer from now
+// (availability.restarted), once per run of the server, and the caller
+// judges again with the TTL of grace that gives: a hung worker is killed
+// a TTL later than it would have been, a healthy one lives.
 //
 // It asks INFO server: run_id, and how long the server has run at least
 // (serverAge), so a restart is never missed for the rounding of its
@@ -47,7 +47,6 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	}
 	cancel()
 	var rerr redis.Error
-	replied := err == nil || errors.As(err, &rerr) || errors.Is(err, errNoUptime)
 	switch {
 	case err == nil:
 		s.answered(start, sh)
@@ -70,7 +69,7 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 			s.infoRefused = true
 			s.log.Warn("redis does not say when it started (INFO server): a Redis restart between the monitor's calls may be taken for a hang", "err", err)
 		}
-	case !replied && node != nil && s.pings(node):
+	case !errors.As(err, &rerr) && node != nil && s.pings(node):
 		// INFO failed without a reply, and the same server answers PING
 		// at once: INFO is what fails, not Redis (a proxy that drops the
 		// connection on a command it does not serve). As an outage it
