@@ -68,11 +68,14 @@ type availability struct {
 	// runs: the run_ids of the servers of each shard whose restart gave a
 	// grace (restarted), the last keptRuns of them.
 	runs map[shard][]string
+	// graced: when each shard's last restart grace was given (restarted):
+	// a server that started before it gives no other.
+	graced map[shard]time.Time
 }
 
-// keptRuns is how many runs of a shard's servers restarted remembers:
-// servers that answer in turn (a proxy over two, a master that moves
-// back and forth) give the grace once each, not at every judgement.
+// keptRuns is how many runs of a shard's servers restarted remembers: a
+// run's start is read to a second (serverAge), so the run given a grace
+// within a second of its start could seem to have started after it.
 const keptRuns = 4
 
 // shard names where a worker's keys live: wholeRedis, or on a Redis
@@ -93,7 +96,8 @@ type span struct {
 // calls bounded by opTimeout.
 func newAvailability(ttl, interval, opTimeout time.Duration) availability {
 	pulse := max((ttl-interval)/3, time.Millisecond)
-	return availability{pulse: pulse, slow: min(pulse, opTimeout/2), slots: map[shard]*span{}, runs: map[shard][]string{}}
+	return availability{pulse: pulse, slow: min(pulse, opTimeout/2), slots: map[shard]*span{}, runs: map[shard][]string{},
+		graced: map[shard]time.Time{}}
 }
 
 // quiet reports whether no timed call was answered for a pulse before now:
@@ -208,25 +212,33 @@ func (a *availability) unseen(start, end time.Time) bool {
 }
 
 // restarted records that the server holding shard sh, known by its
-// run_id run, may have started after the last beat of a worker whose key
-// is now gone (restartUnseen): a restart between the monitor's calls, an
-// outage it did not see, in which no worker could beat. The shard answers
-// from now on, learnt at now (the call that found the key gone was
-// answered, so the server had loaded its data by then). Once per run: it
-// reports false, and changes nothing, for a run already counted (one of
-// the shard's last keptRuns), so that a hung worker is judged as usual a
-// TTL later however its server's start is read (a fake clock, a proxy's
-// own uptime). For wholeRedis it is the whole Redis's return: a host is
-// judged lost only a tick after it, as after any outage.
-func (a *availability) restarted(sh shard, run string, now time.Time) bool {
+// run_id run and started at the latest at started, may have started after
+// the last beat of a worker whose key is now gone (restartUnseen): a
+// restart between the monitor's calls, an outage it did not see, in which
+// no worker could beat. The shard answers from now on, learnt at now (the
+// call that found the key gone was answered, so the server had loaded its
+// data by then).
+//
+// Once per restart: it reports false, and changes nothing, for a server
+// that started before the shard's last grace (or a run already counted,
+// one of the shard's last keptRuns: its start is known to a second), so
+// that a hung worker is judged as usual a TTL later, however many servers
+// answer for the shard in turn (a proxy over several, a master that moves
+// back and forth; before, only the last keptRuns runs were remembered,
+// and five in turn gave the grace at every judgement). Every restart after
+// the last grace gives one: a Redis that restarts every TTL spares a hang
+// for as long as it does. For wholeRedis it is the whole Redis's return: a
+// host is judged lost only a tick after it, as after any outage.
+func (a *availability) restarted(sh shard, run string, started, now time.Time) bool {
 	runs := a.runs[sh]
-	if slices.Contains(runs, run) {
+	if slices.Contains(runs, run) || !started.After(a.graced[sh]) {
 		return false
 	}
 	if len(runs) == keptRuns {
 		runs = slices.Delete(runs, 0, 1)
 	}
 	a.runs[sh] = append(runs, run)
+	a.graced[sh] = now
 	if sh == wholeRedis {
 		a.since = latest(a.since, now)
 		return true

@@ -37,20 +37,24 @@ func TestAvailability(t *testing.T) {
 		}, 1200, 900 * time.Millisecond},
 		{"a restart learnt after the fact: a TTL from then", func(a *availability) {
 			a.answered(at(0), at(10))
-			a.restarted(wholeRedis, "r1", at(800))
+			a.restarted(wholeRedis, "r1", at(700), at(800))
 		}, 1000, 800 * time.Millisecond},
 		{"a restart counted once per run", func(a *availability) {
-			a.restarted(wholeRedis, "r1", at(800))
-			a.restarted(wholeRedis, "r1", at(1900))
+			a.restarted(wholeRedis, "r1", at(700), at(800))
+			a.restarted(wholeRedis, "r1", at(1700), at(1900)) // its start read a second later
 		}, 2000, 0},
 		{"the next run counts again", func(a *availability) {
-			a.restarted(wholeRedis, "r1", at(800))
-			a.restarted(wholeRedis, "r2", at(1900))
+			a.restarted(wholeRedis, "r1", at(700), at(800))
+			a.restarted(wholeRedis, "r2", at(1500), at(1900))
 		}, 2000, 900 * time.Millisecond},
+		{"a server started before the last grace gives none", func(a *availability) {
+			a.restarted(wholeRedis, "r1", at(700), at(800))
+			a.restarted(wholeRedis, "r2", at(600), at(1900))
+		}, 2000, 0},
 		{"a restart learnt earlier does not shorten a grace", func(a *availability) {
 			a.lost()
 			a.back(at(2000))
-			a.restarted(wholeRedis, "r1", at(1000))
+			a.restarted(wholeRedis, "r1", at(900), at(1000))
 		}, 2400, 600 * time.Millisecond},
 	}
 	for _, tt := range tests {

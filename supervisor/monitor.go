@@ -249,9 +249,9 @@ func (s *Supervisor) timedCtx(d time.Duration) (context.Context, context.CancelF
 // answered tells the availability judgement that calls sent at start (to
 // the cluster shards shs, if known) got their answers now. A slow answer
 // means Redis was not answering: no heartbeat is judged until it has
-// answered for a whole TTL again.
-func (s *Supervisor) answered(start time.Time, shs ...shard) {
-	s.answeredAt(start, s.cfg.Clock.Now(), shs...)
+// answered for a whole TTL again. It reports whether the answer was slow.
+func (s *Supervisor) answered(start time.Time, shs ...shard) bool {
+	return s.answeredAt(start, s.cfg.Clock.Now(), shs...)
 }
 
 // stepCalls returns a timer of the calls of a tick's steps (see
@@ -274,9 +274,11 @@ func (s *Supervisor) waited(c *stepCalls) {
 	}
 }
 
-func (s *Supervisor) answeredAt(start, end time.Time, shs ...shard) {
-	if s.redis.answered(start, end, shs...) {
+func (s *Supervisor) answeredAt(start, end time.Time, shs ...shard) bool {
+	slow := s.redis.answered(start, end, shs...)
+	if slow {
 		s.log.Warn("redis answered slowly: no heartbeat judged until it has answered for a whole TTL",
 			"took", end.Sub(start).Round(time.Millisecond), "grace", s.cfg.Heartbeat.TTL)
 	}
+	return slow
 }

@@ -28,6 +28,9 @@ type process struct {
 	// (restartUnseen's bound for a process never read alive). started,
 	// after it: start_timeout counts from there.
 	began, started time.Time
+	// slowGraced: a judgement of it was put off for a slow call of
+	// restartUnseen's, and no beat of it has been read since.
+	slowGraced bool
 }
 
 // spawner starts children from one goroutine locked to its OS thread for

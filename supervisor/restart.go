@@ -20,22 +20,35 @@ import (
 // restart) is an outage it did not see. The worker could not beat
 // meanwhile, nor while the server loaded its data: its key expired for
 // that, not for a hang. Then the shard is taken to answer from now
-// (availability.restarted), once per run of the server, and the caller
-// judges again with the TTL of grace that gives: a hung worker is killed
-// a TTL later than it would have been, a healthy one lives.
+// (availability.restarted), once per restart, and the caller judges again
+// with the TTL of grace that gives: a hung worker is killed a TTL later
+// than it would have been, a healthy one lives.
 //
 // It asks INFO server: run_id, and how long the server has run at least
 // (serverAge), so a restart is never missed for the rounding of its
-// uptime.
+// uptime. (INFO is tried again as go-redis does: a connection to a server
+// gone, found dead by the write, is not a refusal of INFO.)
 //
-// It reports false when the call failed: Redis does not answer (or
+// It reports unseenDown when the call failed: Redis does not answer (or
 // refuses, LOADING…), an outage, judged after Redis returns. A server
 // that answers with an error or without the fields (an ACL without INFO,
 // a proxy, miniredis) leaves the judgement as it was, with a warning (once
 // for a lasting refusal): a hang kill is never put off by a reply that
 // may not change. Nor by a call that fails without a reply while the
 // server answers PING (a proxy that drops INFO).
-func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
+//
+// A slow call (INFO stalled, or its server answered PING only after a
+// stall) counts as one for every worker of the shard (answered: the
+// monitor could make no other call meanwhile), so the caller's worker is
+// judged again a TTL later. Once per process until a beat of it is read:
+// the next time, no beat read since, the worker is judged at once
+// (unseenKill). Its key was gone a TTL after the first, Redis answering
+// meanwhile, so its missing beats were not the stall's. Before, a proxy
+// that holds INFO (or drops it, go-redis trying four times over a slow
+// link) spared a hung worker at every judgement (review of 8981748). A
+// proxy that holds INFO spares k hung workers a TTL each, one after the
+// other (each first slow call moves the shard's answering for all).
+func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) unseen {
 	key := s.store.Keys().Heartbeat(w.id)
 	start := s.cfg.Clock.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OpTimeout)
@@ -46,21 +59,23 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 		run, age, err = serverRun(ctx, node)
 	}
 	cancel()
+	var slow bool
 	var rerr redis.Error
 	switch {
 	case err == nil:
-		s.answered(start, sh)
+		slow = s.answered(start, sh)
 		// The latest the server can have started. (Not compared with the
 		// shard's last return the monitor saw: on a Cluster another node's
 		// answer moves it, while this one may still load. A restart the
 		// monitor did see costs a hung worker one TTL more, once.)
 		now := s.cfg.Clock.Now()
-		if now.Add(-age).After(beat) && s.redis.restarted(sh, run, now) {
+		if now.Add(-age).After(beat) && s.redis.restarted(sh, run, now.Add(-age), now) {
 			s.logw(w).Warn("heartbeat key gone after a Redis restart the monitor did not see: judged again a TTL from now",
 				"pid", w.proc.pid, "redis_run_id", run, "redis_up_at_least", age)
+			return unseenJudge
 		}
 	case errors.As(err, &rerr) && faultKind(err) == kindUnreachable, errors.Is(err, errNoUptime):
-		s.answered(start, sh)
+		slow = s.answered(start, sh)
 		switch {
 		case !infoRefusal(err):
 			// Another error reply (max clients…): this time only.
@@ -76,11 +91,11 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 		// would be judged again after the return, and again, a hung
 		// worker never killed (review of c19eae5). A server that answers
 		// both only after a stall (INFO timed out) was slow: the call
-		// from INFO's start to PING's answer counts as one, and a slow
-		// one gives the grace (answeredFor). A restart cannot fall
-		// between the two calls: the server that answered the heartbeat
-		// read just before cannot be down and up again in that time.
-		s.answered(start, sh)
+		// from INFO's start to PING's answer counts as one. A restart
+		// cannot fall between the two calls: the server that answered
+		// the heartbeat read just before cannot be down and up again in
+		// that time.
+		slow = s.answered(start, sh)
 		if !s.infoDropped {
 			s.infoDropped = true
 			s.log.Warn("redis answers PING but INFO server fails without a reply (a proxy that drops the connection?): a Redis restart between the monitor's calls may be taken for a hang",
@@ -89,10 +104,32 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) bool {
 	default:
 		s.redis.shardLost(sh)
 		s.redisFailed(err)
-		return false
+		return unseenDown
 	}
-	return true
+	switch {
+	case !slow:
+		return unseenJudge
+	case w.proc.slowGraced:
+		s.logw(w).Warn("asking Redis when it started was slow again, no beat read since the last time: judged without waiting",
+			"pid", w.proc.pid)
+		return unseenKill
+	}
+	w.proc.slowGraced = true
+	return unseenJudge
 }
+
+// unseen is what restartUnseen concluded.
+type unseen int
+
+const (
+	// unseenDown: the call failed, an outage (judged after Redis returns).
+	unseenDown unseen = iota
+	// unseenJudge: judged as the shard's availability now says (a grace
+	// given, a slow call, or neither).
+	unseenJudge
+	// unseenKill: judged at once (a second slow call, no beat read since).
+	unseenKill
+)
 
 // pings reports whether node answers PING within OpTimeout.
 func (s *Supervisor) pings(node redis.Cmdable) bool {

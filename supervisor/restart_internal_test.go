@@ -44,7 +44,7 @@ func TestRestartedShard(t *testing.T) {
 	t0 := time.Unix(1_790_000_000, 0)
 	a := newAvailability(ttl, 100*time.Millisecond, time.Second)
 	a.answered(t0, t0.Add(time.Millisecond), 7, 9)
-	if !a.restarted(7, "r", t0.Add(2*time.Second)) {
+	if !a.restarted(7, "r", t0.Add(time.Second), t0.Add(2*time.Second)) {
 		t.Fatal("a new run not counted")
 	}
 	now := t0.Add(2500 * time.Millisecond)
@@ -54,39 +54,57 @@ func TestRestartedShard(t *testing.T) {
 	if got := a.answeredFor(9, ttl, now); got != 0 {
 		t.Errorf("other shard: answeredFor = %v, want 0", got)
 	}
-	if a.restarted(7, "r", now) {
+	if a.restarted(7, "r", t0.Add(time.Second), now) {
 		t.Error("a run counted twice")
 	}
-	if !a.restarted(9, "r", now) {
+	if !a.restarted(9, "r", t0.Add(time.Second), now) {
 		t.Error("another shard's run not counted")
 	}
 }
 
 // TestRestartedRunsInTurn: servers that answer for a shard in turn (a
-// proxy over two, a master moving back and forth) give the grace once
-// each, not at every judgement: a hung worker is still killed (invariant
-// 4). Before, only the last run was kept, and A, B, A, B… each counted.
+// proxy over several, a master moving back and forth), each started
+// after a hung worker's last beat, give the grace once in all, not once
+// each nor at every judgement: the hung worker is still killed
+// (invariant 4). Before, the last keptRuns runs were remembered: two in
+// turn gave the grace twice, and five (review of 8981748) at every
+// judgement. A server started after the last grace gives another.
 func TestRestartedRunsInTurn(t *testing.T) {
 	a := newAvailability(time.Second, 100*time.Millisecond, time.Second)
 	t0 := time.Unix(1_790_000_000, 0)
-	var got []bool
-	for i, run := range []string{"A", "B", "A", "B", "A"} {
-		got = append(got, a.restarted(7, run, t0.Add(time.Duration(i)*time.Second)))
+	runs := []string{"A", "B", "C", "D", "E"}
+	var granted []int
+	for i := range 50 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		// Each started a second before the first judgement (its start
+		// read to the second: up to a second later).
+		if a.restarted(7, runs[i%len(runs)], t0.Add(-time.Second+time.Duration(i%2)*time.Second), now) {
+			granted = append(granted, i)
+		}
 	}
-	if want := []bool{true, true, false, false, false}; !slices.Equal(got, want) {
-		t.Fatalf("runs A, B, A, B, A counted %v, want %v", got, want)
+	if !slices.Equal(granted, []int{0}) {
+		t.Fatalf("5 servers in turn, 50 judgements: grace given at judgements %v, want [0]", granted)
 	}
-	// The memory is bounded: keptRuns later runs push A out.
-	for i := range keptRuns {
-		if !a.restarted(7, fmt.Sprint("r", i), t0) {
+	// A restart after the last grace gives one; the servers before it none.
+	later := t0.Add(time.Minute)
+	if !a.restarted(7, "F", later.Add(-time.Second), later) {
+		t.Fatal("a server started after the last grace gave none")
+	}
+	if a.restarted(7, "F", later.Add(500*time.Millisecond), later.Add(2*time.Second)) {
+		t.Error("a run counted again, its start read after its grace (to the second)")
+	}
+	if a.restarted(7, "A", t0, later.Add(3*time.Second)) {
+		t.Error("a server started before the last grace counted again")
+	}
+	// The memory is bounded.
+	for i := range 2 * keptRuns {
+		at := later.Add(time.Duration(i+1) * time.Minute)
+		if !a.restarted(7, fmt.Sprint("r", i), at.Add(-time.Second), at) {
 			t.Fatalf("new run r%d not counted", i)
 		}
 	}
-	if !a.restarted(7, "A", t0) {
-		t.Error("a run pushed out by keptRuns later ones was not counted again")
-	}
-	if len(a.runs[7]) != keptRuns {
-		t.Errorf("%d runs kept, want %d", len(a.runs[7]), keptRuns)
+	if len(a.runs[7]) != keptRuns || len(a.graced) != 1 {
+		t.Errorf("%d runs kept (want %d), %d shards graced (want 1)", len(a.runs[7]), keptRuns, len(a.graced))
 	}
 }
 

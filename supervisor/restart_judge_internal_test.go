@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/clock"
-	"github.com/vigil-dev/vigil/internal/faultproxy"
 	"github.com/vigil-dev/vigil/internal/redisconn"
 	"github.com/vigil-dev/vigil/internal/testlog"
 	"github.com/vigil-dev/vigil/internal/testredis"
@@ -107,56 +105,14 @@ func TestUnseenRestartThenAnOutageOfAnother(t *testing.T) {
 // (Under the rules before, a count of such failures made the second of
 // two stalls a month apart a refusal, and a healthy worker was killed.)
 func TestInfoStallAtAJudgementKillsNothing(t *testing.T) {
-	srv := testredis.StartServer(t)
-	u, err := url.Parse(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	logs := &testlog.Buffer{}
-	store := health.NewStore(rdb, "vigil:", 0)
-	s, err := New(Config{
-		Host: "h", OpTimeout: 300 * time.Millisecond,
-		Pools:     []Pool{{Queue: "q", Workers: 1, Command: []string{"true"}}},
-		Heartbeat: Heartbeat{Interval: 300 * time.Millisecond, TTL: time.Second},
-		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
-	}, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { close(s.dead); s.wg.Wait() }) // a probe, if an outage began
-	w := healthyWorker(t, s, rdb)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	key := store.Keys().Heartbeat(w.id)
-	judge := readAlive(t, s, w, rdb, logs)
+	x := newSlowInfoSetup(t)
 	// The restart (keeping the data), the key lost in it.
-	srv.Save()
-	srv.Stop()
-	srv.Start()
-	if err := rdb.Del(ctx, key).Err(); err != nil {
-		t.Fatal(err)
-	}
-	held, release := p.HoldReply(func(args []string) bool { return len(args) > 0 && strings.EqualFold(args[0], "info") })
-	defer release()
-	judge()
-	select {
-	case <-held:
-	default:
-		t.Fatalf("INFO was not asked (its reply not held): the test tests nothing:\n%s", logs)
-	}
-	out := logs.String()
-	if strings.Contains(out, "killing worker") {
-		t.Fatalf("a stall at INFO taken for a refusal: the healthy worker killed:\n%s", out)
-	}
-	if !s.armed(w, timerCheck) && !s.redis.down() {
-		t.Fatalf("the worker is neither judged again nor waiting for Redis's return:\n%s", out)
+	x.srv.Save()
+	x.srv.Stop()
+	x.srv.Start()
+	x.beatLost(t)
+	if x.judgeHeld(t) {
+		t.Fatalf("a stall at INFO taken for a refusal: the healthy worker killed:\n%s", x.logs)
 	}
 }
 

@@ -195,6 +195,7 @@ func (s *Supervisor) check(t step) {
 		s.killFor(w, health.ExitBadHeartbeat, "bad_heartbeat", "invalid heartbeat "+quoteShort(p.Value))
 	case p.TTL > 0:
 		w.sawBeat, w.expires = true, now.Add(p.TTL)
+		w.proc.slowGraced = false
 		// From before the read: the monitor may wait between its reply
 		// and now (a recovering window's TTL is longer than hb.TTL).
 		w.beatAt = start.Add(min(p.TTL-hb.TTL, 0))
@@ -225,12 +226,14 @@ func (s *Supervisor) check(t step) {
 		// a restart of this shard before an outage of another ended would
 		// be missed, and on a Cluster a healthy worker killed (review of
 		// c19eae5).
-		if !s.restartUnseen(w, sh, latest(w.beatAt, w.proc.began)) {
+		switch s.restartUnseen(w, sh, latest(w.beatAt, w.proc.began)) {
+		case unseenDown:
 			return
-		}
-		if d := s.redis.answeredFor(sh, hb.TTL, s.cfg.Clock.Now()); d > 0 {
-			s.arm(w, timerCheck, d+time.Millisecond)
-			return
+		case unseenJudge:
+			if d := s.redis.answeredFor(sh, hb.TTL, s.cfg.Clock.Now()); d > 0 {
+				s.arm(w, timerCheck, d+time.Millisecond)
+				return
+			}
 		}
 		s.killFor(w, health.ExitHeartbeatTimeout, "hang", "heartbeat expired")
 	default:
@@ -238,10 +241,11 @@ func (s *Supervisor) check(t step) {
 			return hb.StartTimeout - s.cfg.Clock.Now().Sub(latest(w.judgeFrom, s.redis.shardAnsweringSince(sh)))
 		}
 		if left() <= 0 {
-			if !s.restartUnseen(w, sh, w.judgeFrom) {
+			v := s.restartUnseen(w, sh, w.judgeFrom)
+			if v == unseenDown {
 				return
 			}
-			if left() <= 0 {
+			if v == unseenKill || left() <= 0 {
 				s.killFor(w, health.ExitHeartbeatTimeout, "start_timeout", "no heartbeat within start_timeout")
 				return
 			}
