@@ -74,8 +74,9 @@ type availability struct {
 }
 
 // keptRuns is how many runs of a shard's servers restarted remembers: a
-// run's start is read to a second (serverAge), so the run given a grace
-// within a second of its start could seem to have started after it.
+// run's start is read to a second (serverAge; to two without
+// server_time_usec, Redis before 6.2), so the run given a grace that soon
+// after its start could seem to have started after it.
 const keptRuns = 4
 
 // shard names where a worker's keys live: wholeRedis, or on a Redis

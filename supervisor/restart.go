@@ -42,8 +42,9 @@ import (
 // monitor could make no other call meanwhile), so the caller's worker is
 // judged again a TTL later. Once per process until a beat of it is read:
 // the next time, no beat read since, the worker is judged at once
-// (unseenKill). Its key was gone a TTL after the first, Redis answering
-// meanwhile, so its missing beats were not the stall's. Before, a proxy
+// (unseenKill). Its key was gone a TTL after the first (for a worker that
+// never beat, start_timeout), Redis answering meanwhile, so its missing
+// beats were not the stall's. Before, a proxy
 // that holds INFO (or drops it, go-redis trying four times over a slow
 // link) spared a hung worker at every judgement (review of 8981748). A
 // proxy that holds INFO spares k hung workers a TTL each, one after the

@@ -52,7 +52,12 @@ type slowInfoSetup struct {
 	judge func()
 }
 
-func newSlowInfoSetup(t *testing.T) *slowInfoSetup {
+func newSlowInfoSetup(t *testing.T) *slowInfoSetup { return newSlowInfoSetupOf(t, true) }
+
+// newSlowInfoSetupOf is newSlowInfoSetup; with beaten false the worker has
+// never beaten (its record says starting, its start_timeout is 1 s): it
+// is judged by start_timeout, not by a heartbeat's expiry.
+func newSlowInfoSetupOf(t *testing.T, beaten bool) *slowInfoSetup {
 	t.Helper()
 	srv := testredis.StartServer(t)
 	u, err := url.Parse(srv.URL)
@@ -71,7 +76,7 @@ func newSlowInfoSetup(t *testing.T) *slowInfoSetup {
 	x.s, err = New(Config{
 		Host: "h", Clock: x.clk, OpTimeout: 300 * time.Millisecond,
 		Pools:     []Pool{{Queue: "q", Workers: 1, Command: []string{"true"}}},
-		Heartbeat: Heartbeat{Interval: 300 * time.Millisecond, TTL: time.Second},
+		Heartbeat: Heartbeat{Interval: 300 * time.Millisecond, TTL: time.Second, StartTimeout: time.Second},
 		Logger:    slog.New(slog.NewTextHandler(x.logs, nil)),
 	}, store)
 	if err != nil {
@@ -79,7 +84,17 @@ func newSlowInfoSetup(t *testing.T) *slowInfoSetup {
 	}
 	t.Cleanup(func() { close(x.s.dead); x.s.wg.Wait() }) // a probe, if an outage began
 	x.w = healthyWorker(t, x.s, rdb)
-	x.judge = readAlive(t, x.s, x.w, rdb, x.logs)
+	if beaten {
+		x.judge = readAlive(t, x.s, x.w, rdb, x.logs)
+		return x
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	x.w.rec.Status = health.StatusStarting
+	if err := rdb.HSet(ctx, store.Keys().Component(x.w.id), health.FieldStatus, string(health.StatusStarting)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	x.judge = func() { x.s.check(step{s: x.s, w: x.w, ev: evCheck, from: stRunning}) }
 	return x
 }
 
@@ -158,6 +173,33 @@ func TestHangKilledWhenInfoIsHeld(t *testing.T) {
 		}
 	}
 	t.Fatalf("a hung worker judged 4 times, INFO held each time, never killed:\n%s", x.logs)
+}
+
+// TestStartTimeoutKilledWhenInfoIsHeld: the same for a worker that never
+// beat, judged by start_timeout: put off once for the first slow INFO (it
+// moves when the shard answers from, and start_timeout counts from there),
+// killed at the next judgement. Without unseenKill in that branch it was
+// put off at every judgement (review of 1361749, which found the branch
+// untested).
+func TestStartTimeoutKilledWhenInfoIsHeld(t *testing.T) {
+	x := newSlowInfoSetupOf(t, false)
+	x.clk.Advance(2 * x.s.cfg.Heartbeat.StartTimeout)
+	if x.judgeHeld(t) {
+		t.Fatalf("killed at the first slow INFO: a stall there would kill a worker starting late for it:\n%s", x.logs)
+	}
+	for i := 2; i <= 4; i++ {
+		x.clk.Advance(2 * x.s.cfg.Heartbeat.StartTimeout)
+		if x.judgeHeld(t) {
+			if i != 2 {
+				t.Errorf("killed at judgement %d, want 2", i)
+			}
+			if out := x.logs.String(); !strings.Contains(out, "no heartbeat within start_timeout") || !strings.Contains(out, "slow again") {
+				t.Errorf("not killed for start_timeout after a second slow INFO:\n%s", out)
+			}
+			return
+		}
+	}
+	t.Fatalf("a worker that never beat, judged 4 times, INFO held each time, never killed:\n%s", x.logs)
 }
 
 // TestSlowInfoGraceAgainAfterABeat (invariant 5): the grace a slow INFO
