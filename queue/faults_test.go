@@ -27,15 +27,11 @@ const leaseRecovery = 60 * time.Second
 // cfg's worker at it; the test's own client still goes straight to Redis.
 func (e *qenv) viaProxy(cfg *queue.WorkerConfig) *faultproxy.Proxy {
 	e.tb.Helper()
+	p := testredis.ProxyTo(e.tb, e.URL)
 	u, err := url.Parse(e.URL)
 	if err != nil {
 		e.tb.Fatal(err)
 	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		e.tb.Fatal(err)
-	}
-	e.tb.Cleanup(func() { _ = p.Close() })
 	u.Host = p.Addr()
 	cfg.Env.RedisURL = u.String()
 	return p

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/faultproxy"
 	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -349,15 +347,7 @@ func TestAnotherClustersWorkersAreNotThisHosts(t *testing.T) {
 func TestRestartedHostKillsItsFrozenOrphanDuringAnOutage(t *testing.T) {
 	t.Parallel()
 	env, _, _, old := orphanOfKilledHost(t, "beat", true)
-	u, err := url.Parse(env.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p := testredis.ProxyTo(t, env.URL)
 	p.Refuse(true) // Redis unreachable from the new instance
 	opt, err := redis.ParseURL(env.URL)
 	if err != nil {

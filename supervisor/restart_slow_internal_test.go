@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"log/slog"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,19 +59,12 @@ func newSlowInfoSetup(t *testing.T) *slowInfoSetup { return newSlowInfoSetupOf(t
 func newSlowInfoSetupOf(t *testing.T, beaten bool) *slowInfoSetup {
 	t.Helper()
 	srv := testredis.StartServer(t)
-	u, err := url.Parse(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	p := testredis.ProxyTo(t, srv.URL)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	x := &slowInfoSetup{srv: srv, p: p, rdb: rdb, clk: &shiftedClock{}, logs: &testlog.Buffer{}}
 	store := health.NewStore(rdb, "vigil:", 0)
+	var err error
 	x.s, err = New(Config{
 		Host: "h", Clock: x.clk, OpTimeout: 300 * time.Millisecond,
 		Pools:     []Pool{{Queue: "q", Workers: 1, Command: []string{"true"}}},

@@ -66,18 +66,7 @@ func splitProxiedHarness(t testing.TB, cfg supervisor.Config) (h *harness, sup, 
 func proxied(t testing.TB, cfg supervisor.Config, opts func(*redis.Options), split bool) (*harness, *faultproxy.Proxy, *faultproxy.Proxy, *health.Store) {
 	t.Helper()
 	env := testredis.New(t)
-	u, err := url.Parse(env.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	newProxy := func() *faultproxy.Proxy {
-		p, err := faultproxy.New(u.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close() })
-		return p
-	}
+	newProxy := func() *faultproxy.Proxy { return testredis.ProxyTo(t, env.URL) }
 	sup, workers := newProxy(), (*faultproxy.Proxy)(nil)
 	if workers = sup; split {
 		workers = newProxy()
@@ -92,6 +81,10 @@ func proxied(t testing.TB, cfg supervisor.Config, opts func(*redis.Options), spl
 	}
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { _ = rdb.Close() })
+	u, err := url.Parse(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	u.Host = workers.Addr()
 	h := newHarnessOn(t, rdb, u.String(), env.Prefix, cfg)
 	return h, sup, workers, health.NewStore(env.Client, env.Prefix, 0)

@@ -82,12 +82,11 @@ func client(tb testing.TB, url string) *redis.Client {
 	return c
 }
 
-// Proxied starts a fault proxy in front of e's Redis (closed when the test
-// ends) and returns it with a client that reaches Redis through it, with
-// go-redis's default retries (closed too).
-func (e *Env) Proxied(tb testing.TB) (*faultproxy.Proxy, *redis.Client) {
+// ProxyTo starts a fault proxy in front of the Redis at redisURL, closed
+// when the test ends.
+func ProxyTo(tb testing.TB, redisURL string) *faultproxy.Proxy {
 	tb.Helper()
-	u, err := url.Parse(e.URL)
+	u, err := url.Parse(redisURL)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -96,6 +95,15 @@ func (e *Env) Proxied(tb testing.TB) (*faultproxy.Proxy, *redis.Client) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// Proxied starts a fault proxy in front of e's Redis (closed when the test
+// ends) and returns it with a client that reaches Redis through it, with
+// go-redis's default retries (closed too).
+func (e *Env) Proxied(tb testing.TB) (*faultproxy.Proxy, *redis.Client) {
+	tb.Helper()
+	p := ProxyTo(tb, e.URL)
 	opt, err := redis.ParseURL(e.URL)
 	if err != nil {
 		tb.Fatal(err)
