@@ -297,7 +297,9 @@ func toxicArchiveLost(t *testing.T, dies bool) {
 		// takes no task; a replacement's dequeue gives the verdict again.
 		n, err := queue.NewRecoverer(e.store, queue.RecovererConfig{Logger: e.log}).Recover(ctx, cfg.Env.Component, os.Getpid(), true)
 		if err != nil || n != 1 {
-			t.Fatalf("recover the task: %d, %v", n, err)
+			t.Fatalf("recover the task: %d, %v; task %v, active %v, lease %v, running %v", n, err,
+				e.Client.HGetAll(ctx, taskKey).Val(), e.Client.LRange(ctx, active, 0, -1).Val(),
+				e.Client.ZRangeWithScores(ctx, "asynq:{"+e.q+"}:lease", 0, -1).Val(), e.Client.HGetAll(ctx, keys.Running(cfg.Env.Component)).Val())
 		}
 		p.Refuse(false)
 		e.untilLog("kept outcome not needed")
