@@ -567,9 +567,18 @@ func (w *world) disturbedRuns(v ledgerView, id string, j jobRec) int {
 // jobsDone reports whether every job is done as far as the ledger and
 // asynq show (see judgeJobs), and how many are not.
 func (w *world) jobsDone() (bool, int) {
+	done, left, _ := w.jobsProgress()
+	return done, left
+}
+
+// jobsProgress is jobsDone with a measure of the jobs' progress: the runs
+// their handlers began, the completions and failures they wrote, and the
+// jobs done. It grows while the workers get on with the jobs, however
+// slowly, and stands still when nothing runs them.
+func (w *world) jobsProgress() (bool, int, int) {
 	v, err := w.readLedger()
 	if err != nil {
-		return false, -1
+		return false, -1, -1
 	}
 	w.jobs.mu.Lock()
 	jobs := make([]jobRec, 0, len(w.jobs.byID))
@@ -596,7 +605,13 @@ func (w *world) jobsDone() (bool, int) {
 			left++ // active: its outcome (kept while Redis was away) is still to be written
 		}
 	}
-	return left == 0, left
+	progress := len(jobs) - left
+	for _, m := range []map[string]int{v.runs, v.completions, v.failures} {
+		for _, n := range m {
+			progress += n
+		}
+	}
+	return left == 0, left, progress
 }
 
 // toxicRuns is how many times a toxic job of queue q may run:

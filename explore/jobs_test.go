@@ -268,3 +268,99 @@ func TestAwaitingLeaseZombieOwnerIsDead(t *testing.T) {
 		t.Error("a task whose owner died with its host (a zombie now) not excused")
 	}
 }
+
+// waitJobs judges a queue nobody serves at its budget, goes on past it
+// while the jobs progress (seed 180517 in CI: a slow machine ran the same
+// jobs, only later), and stops at twice the budget however they progress.
+func TestWaitJobsGoesOnWhileTheJobsProgress(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	ctx := context.Background()
+	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil),
+		insp: asynq.NewInspectorFromRedisClient(rdb), lr: testledger.NewReader(rdb, "L:")}
+	defer w.insp.Close()
+	c := asynq.NewClientFromRedisClient(rdb)
+	defer c.Close()
+	if _, err := c.Enqueue(asynq.NewTask("sleep", []byte("50")), asynq.Queue("a"), asynq.TaskID("j1")); err != nil {
+		t.Fatal(err)
+	}
+	w.jobs.byID["j1"] = &jobRec{id: "j1", queue: "a", typ: "sleep", at: time.Now(), retriedAtRuns: -1}
+	w.jobs.order = []string{"j1"}
+	lw := testledger.NewWriter(rdb, "L:", os.Getpid())
+	if err := lw.Hello(ctx, "worker:a:0", "h0"); err != nil {
+		t.Fatal(err)
+	}
+
+	// runs starts a run of j1 every 50 ms until stop, and completes the
+	// last one if complete.
+	runs := func(stop <-chan struct{}, complete bool) <-chan error {
+		errc := make(chan error, 1)
+		go func() {
+			tk := time.NewTicker(50 * time.Millisecond)
+			defer tk.Stop()
+			for {
+				select {
+				case <-stop:
+					if complete {
+						errc <- lw.End(ctx, "j1", testledger.OutcomeOK)
+						return
+					}
+					errc <- nil
+					return
+				case <-tk.C:
+					if err := lw.Start(ctx, "j1"); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}
+		}()
+		return errc
+	}
+
+	const budget, stall = 300 * time.Millisecond, 300 * time.Millisecond
+
+	// Nothing runs j1: judged at the budget, not done.
+	start := time.Now()
+	if w.waitJobs(budget, stall) {
+		t.Fatal("a job nobody runs taken for done")
+	}
+	if took := time.Since(start); took > budget+stall+time.Second {
+		t.Fatalf("a queue standing still waited %s past its budget of %s", took-budget, budget)
+	}
+
+	// j1 runs again and again, and is done after 1.5 budgets: waitJobs
+	// goes on past the budget and sees it done.
+	stop := make(chan struct{})
+	errc := runs(stop, true)
+	timer := time.AfterFunc(budget*3/2, func() { close(stop) })
+	defer timer.Stop()
+	if !w.waitJobs(budget, stall) {
+		t.Error("a job that progressed past the budget and was done before twice the budget was judged not done")
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+
+	// A second job runs forever: judged not done at twice the budget.
+	if _, err := c.Enqueue(asynq.NewTask("sleep", []byte("50")), asynq.Queue("a"), asynq.TaskID("j2")); err != nil {
+		t.Fatal(err)
+	}
+	w.jobs.byID["j2"] = &jobRec{id: "j2", queue: "a", typ: "sleep", at: time.Now(), retriedAtRuns: -1}
+	w.jobs.order = append(w.jobs.order, "j2")
+	stop = make(chan struct{})
+	errc = runs(stop, false)
+	start = time.Now()
+	done := w.waitJobs(budget, stall)
+	close(stop)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if done {
+		t.Fatal("a job never done taken for done")
+	}
+	if took := time.Since(start); took > 2*budget+time.Second {
+		t.Fatalf("jobs progressing forever waited %s, more than twice their budget of %s", took, budget)
+	}
+}

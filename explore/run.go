@@ -127,7 +127,7 @@ func RunSeed(seed uint64, opts Options, sh *Shared) Result {
 		w.settle(v)
 		phase("settle")
 		w.revive()
-		if budget := w.jobsBudget(); !w.waitJobs(budget) {
+		if budget := w.jobsBudget(); !w.waitJobs(budget, jobsStall) {
 			w.b.logf("jobs still not done %s after the faults ended", budget)
 		}
 		w.waitActions(StopTimeout + 2*time.Second)
