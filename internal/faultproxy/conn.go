@@ -32,7 +32,8 @@ type pending struct {
 type conn struct {
 	p      *Proxy
 	client net.Conn
-	done   chan struct{}
+	done   chan struct{} // closed by end: nothing more is forwarded
+	ended  sync.Once
 	once   sync.Once
 
 	mu     sync.Mutex
@@ -70,10 +71,18 @@ func (c *conn) run() {
 	wg.Wait()
 }
 
-// close closes both sides once.
+// end stops the connection's forwarding without a system call: a Cut ends
+// every connection before it closes any, so that a client that sees one
+// connection closed cannot get a command through another one the Cut has
+// not closed yet (go-redis retries a command on another connection at
+// once: the archive held in queue's TestToxicCountersOutliveALostArchive
+// reached Redis that way under load).
+func (c *conn) end() { c.ended.Do(func() { close(c.done) }) }
+
+// close ends the connection and closes both sides once.
 func (c *conn) close() {
+	c.end()
 	c.once.Do(func() {
-		close(c.done)
 		_ = c.client.Close()
 		c.mu.Lock()
 		if c.server != nil {
@@ -96,6 +105,11 @@ func (c *conn) forward(dst net.Conn, b []byte) bool {
 		case <-c.done:
 			return false
 		}
+	}
+	select {
+	case <-c.done: // ended (Cut) while this was read or waited
+		return false
+	default:
 	}
 	if _, err := dst.Write(b); err != nil {
 		c.close()

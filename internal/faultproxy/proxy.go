@@ -85,6 +85,9 @@ func (p *Proxy) Close() error {
 	p.mu.Unlock()
 	err := p.ln.Close()
 	for _, c := range live {
+		c.end()
+	}
+	for _, c := range live {
 		c.close()
 	}
 	p.wg.Wait()
@@ -98,6 +101,9 @@ func (p *Proxy) Cut() int {
 	live := p.liveLocked()
 	p.counted.Cut += len(live)
 	p.mu.Unlock()
+	for _, c := range live {
+		c.end() // all of them first: see end
+	}
 	for _, c := range live {
 		c.close()
 	}

@@ -1,9 +1,11 @@
 package faultproxy_test
 
 import (
+	"bufio"
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +81,44 @@ func TestCut(t *testing.T) {
 	}
 	if s := w.proxy.Stats(); s.Cut < 1 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A client that sees one connection cut sends at once on its others, as
+// go-redis retries a command on another pooled connection: nothing sent
+// after the Cut began reaches Redis (queue's
+// TestToxicCountersOutliveALostArchive: a held archive's retry got through
+// a connection the Cut had not closed yet, and ran).
+func TestCutLetsNothingThroughAConnectionItHasNotClosedYet(t *testing.T) {
+	w := newWorld(t)
+	const n = 40
+	conns := make([]net.Conn, n)
+	readers := make([]*bufio.Reader, n)
+	for i := range n {
+		conns[i], readers[i] = w.raw(t)
+		send(t, conns[i], "PING")
+		expectLine(t, readers[i], "+PONG")
+	}
+	incr := cmd("INCR", w.key("after-the-cut"))
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = readers[i].ReadByte() // the connection ends
+			for j, c := range conns {
+				if j != i {
+					_, _ = c.Write(incr) // a retry on another connection; closed ones fail
+				}
+			}
+		}()
+	}
+	if got := w.proxy.Cut(); got < n {
+		t.Fatalf("Cut closed %d connections, want %d or more", got, n)
+	}
+	wg.Wait()
+	if v := w.env.Client.Get(ctx(t), w.key("after-the-cut")).Val(); v != "" {
+		t.Fatalf("%s commands sent after the Cut began reached Redis", v)
 	}
 }
 
