@@ -43,15 +43,8 @@ func TestJudgeTwoHandlers(t *testing.T) {
 // in progress is now never taken for done, and the judge reads asynq
 // before the ledger.
 func TestJudgeJobCompletingDuringTheJudgement(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	m, rdb, w, c := newJobsWorld(t)
 	ctx := context.Background()
-	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil),
-		insp: asynq.NewInspectorFromRedisClient(rdb), lr: testledger.NewReader(rdb, "L:")}
-	defer w.insp.Close()
-	c := asynq.NewClientFromRedisClient(rdb)
-	defer c.Close()
 	at := time.Now()
 	if _, err := c.Enqueue(asynq.NewTask("sleep", []byte("50")), asynq.Queue("a"), asynq.TaskID("j1"), asynq.Retention(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -152,15 +145,8 @@ func TestAwaitingLeaseNeverBegun(t *testing.T) {
 // when its worker died with its host (the kept outcome died with it): a
 // worker that lives writes what it kept once Redis answers.
 func TestJudgeCompletedStillActive(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	m, rdb, w, c := newJobsWorld(t)
 	ctx := context.Background()
-	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil), rdb: rdb,
-		insp: asynq.NewInspectorFromRedisClient(rdb), lr: testledger.NewReader(rdb, "L:")}
-	defer w.insp.Close()
-	c := asynq.NewClientFromRedisClient(rdb)
-	defer c.Close()
 	if _, err := c.Enqueue(asynq.NewTask("sleep", []byte("1")), asynq.Queue("a"), asynq.TaskID("j1"), asynq.Retention(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -273,15 +259,8 @@ func TestAwaitingLeaseZombieOwnerIsDead(t *testing.T) {
 // while the jobs progress (seed 180517 in CI: a slow machine ran the same
 // jobs, only later), and stops at twice the budget however they progress.
 func TestWaitJobsGoesOnWhileTheJobsProgress(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	defer rdb.Close()
+	_, rdb, w, c := newJobsWorld(t)
 	ctx := context.Background()
-	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil),
-		insp: asynq.NewInspectorFromRedisClient(rdb), lr: testledger.NewReader(rdb, "L:")}
-	defer w.insp.Close()
-	c := asynq.NewClientFromRedisClient(rdb)
-	defer c.Close()
 	if _, err := c.Enqueue(asynq.NewTask("sleep", []byte("50")), asynq.Queue("a"), asynq.TaskID("j1")); err != nil {
 		t.Fatal(err)
 	}
@@ -363,4 +342,18 @@ func TestWaitJobsGoesOnWhileTheJobsProgress(t *testing.T) {
 	if took := time.Since(start); took > 2*budget+time.Second {
 		t.Fatalf("jobs progressing forever waited %s, more than twice their budget of %s", took, budget)
 	}
+}
+
+// newJobsWorld is a world judging jobs on a miniredis: asynq's inspector
+// and a client for it, the ledger's reader, nothing else.
+func newJobsWorld(t *testing.T) (*miniredis.Miniredis, *redis.Client, *world, *asynq.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	w := &world{v: &verdict{}, jobs: newJobBook(), b: newBook(time.Now(), nil), rdb: rdb,
+		insp: asynq.NewInspectorFromRedisClient(rdb), lr: testledger.NewReader(rdb, "L:")}
+	c := asynq.NewClientFromRedisClient(rdb)
+	t.Cleanup(func() { _ = c.Close(); _ = w.insp.Close() })
+	return m, rdb, w, c
 }
