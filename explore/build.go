@@ -33,14 +33,13 @@ func Build(dir string, race bool) (hostBin, workerBin string, err error) {
 		builds[1] = build{args: []string{"build", "-race", "-o", hostBin, "./explore/internal/vigilhost"}, cgo: true}
 	}
 	for _, b := range builds {
-		args := b.args
-		cmd := exec.Command("go", args...)
+		cmd := exec.Command("go", b.args...)
 		if !b.cgo {
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		}
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			return "", "", fmt.Errorf("go %s: %v\n%s", strings.Join(b.args, " "), err, out)
 		}
 	}
 	return hostBin, workerBin, nil

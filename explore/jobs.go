@@ -565,17 +565,12 @@ func (w *world) disturbedRuns(v ledgerView, id string, j jobRec) int {
 }
 
 // jobsDone reports whether every job is done as far as the ledger and
-// asynq show (see judgeJobs), and how many are not.
-func (w *world) jobsDone() (bool, int) {
-	done, left, _ := w.jobsProgress()
-	return done, left
-}
-
-// jobsProgress is jobsDone with a measure of the jobs' progress: the runs
-// their handlers began, the completions and failures they wrote, and the
-// jobs done. It grows while the workers get on with the jobs, however
-// slowly, and stands still when nothing runs them.
-func (w *world) jobsProgress() (bool, int, int) {
+// asynq show (see judgeJobs), how many are not, and a measure of the
+// jobs' progress: the runs their handlers began, the completions and
+// failures they wrote, and the jobs done. The measure grows while the
+// workers get on with the jobs, however slowly, and stands still when
+// nothing runs them.
+func (w *world) jobsDone() (done bool, left, progress int) {
 	v, err := w.readLedger()
 	if err != nil {
 		return false, -1, -1
@@ -586,7 +581,6 @@ func (w *world) jobsProgress() (bool, int, int) {
 		jobs = append(jobs, *j)
 	}
 	w.jobs.mu.Unlock()
-	left := 0
 	for _, j := range jobs {
 		if j.deleted {
 			continue
@@ -605,7 +599,7 @@ func (w *world) jobsProgress() (bool, int, int) {
 			left++ // active: its outcome (kept while Redis was away) is still to be written
 		}
 	}
-	progress := len(jobs) - left
+	progress = len(jobs) - left
 	for _, m := range []map[string]int{v.runs, v.completions, v.failures} {
 		for _, n := range m {
 			progress += n

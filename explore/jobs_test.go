@@ -76,7 +76,7 @@ func TestJudgeJobCompletingDuringTheJudgement(t *testing.T) {
 	m.Lpush("asynq:{a}:active", "j1")
 	m.HSet("asynq:{a}:t:j1", "state", "active")
 
-	if done, left := w.jobsDone(); done {
+	if done, left, _ := w.jobsDone(); done {
 		t.Fatalf("a job whose handler runs now taken for done (%d left)", left)
 	}
 	before, err := w.readLedger() // what the judge used to read first
@@ -92,7 +92,7 @@ func TestJudgeJobCompletingDuringTheJudgement(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.HSet("asynq:{a}:t:j1", "state", "completed")
-	if done, _ := w.jobsDone(); !done {
+	if done, _, _ := w.jobsDone(); !done {
 		t.Fatal("a completed job not taken for done")
 	}
 	st, err := w.judgeJobs(w.readLedger)
@@ -165,7 +165,7 @@ func TestJudgeCompletedStillActive(t *testing.T) {
 	if _, err := m.ZAdd("asynq:{a}:lease", float64(time.Now().Add(30*time.Second).Unix()), "j1"); err != nil {
 		t.Fatal(err)
 	}
-	if done, _ := w.jobsDone(); done {
+	if done, _, _ := w.jobsDone(); done {
 		t.Fatal("a completed job still active under a live worker taken for done")
 	}
 	if _, err := w.judgeJobs(w.readLedger); err != nil {

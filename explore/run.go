@@ -128,7 +128,7 @@ func RunSeed(seed uint64, opts Options, sh *Shared) Result {
 		phase("settle")
 		w.revive()
 		if budget := w.jobsBudget(); !w.waitJobs(budget, jobsStall) {
-			w.b.logf("jobs still not done %s after the faults ended", budget)
+			w.b.logf("jobs still not done after the faults ended: their budget %s, and past it while they progressed (up to twice it)", budget)
 		}
 		w.waitActions(StopTimeout + 2*time.Second)
 		if res.Jobs, err = w.judgeJobs(w.readLedger); err != nil {

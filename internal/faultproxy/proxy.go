@@ -84,12 +84,7 @@ func (p *Proxy) Close() error {
 	live := p.liveLocked()
 	p.mu.Unlock()
 	err := p.ln.Close()
-	for _, c := range live {
-		c.end()
-	}
-	for _, c := range live {
-		c.close()
-	}
+	closeAll(live)
 	p.wg.Wait()
 	return err
 }
@@ -101,12 +96,7 @@ func (p *Proxy) Cut() int {
 	live := p.liveLocked()
 	p.counted.Cut += len(live)
 	p.mu.Unlock()
-	for _, c := range live {
-		c.end() // all of them first: see end
-	}
-	for _, c := range live {
-		c.close()
-	}
+	closeAll(live)
 	return len(live)
 }
 
@@ -238,6 +228,16 @@ func (p *Proxy) Conns() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
+}
+
+// closeAll ends every connection of live, then closes them: see conn.end.
+func closeAll(live []*conn) {
+	for _, c := range live {
+		c.end()
+	}
+	for _, c := range live {
+		c.close()
+	}
 }
 
 func (p *Proxy) liveLocked() []*conn {
