@@ -117,18 +117,6 @@ func expectClosed(tb testing.TB, r *bufio.Reader) {
 	}
 }
 
-// eventually polls cond until it holds or d passes.
-func eventually(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func ctx(tb testing.TB) context.Context {
 	tb.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
