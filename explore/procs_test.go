@@ -82,3 +82,61 @@ func TestProcWhereNamesThreads(t *testing.T) {
 	}
 	_ = blockedTasks(3) // reads the whole machine without failing
 }
+
+// The beat watchdog says where a healthy worker that has not beaten for
+// half a TTL is (its state, from /proc), once per half a TTL, and stays
+// quiet for a worker beating, not healthy, not the record's process, a
+// fault's target, or while a host is disturbed.
+func TestBeatWatchdog(t *testing.T) {
+	cmd := exec.Command("sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	pid := cmd.Process.Pid
+	at := time.Now()
+	w := &world{b: newBook(at, nil)}
+	snap := func(status string, recPID int, left time.Duration) snapshot {
+		return snapshot{at: at,
+			sup:     map[string][]proc{"h0": {{pid: pid, comp: "worker:a:0", host: "h0"}}},
+			records: map[string]record{"worker:a:0": {status: status, pid: strconv.Itoa(recPID)}},
+			hbLeft:  map[string]time.Duration{"worker:a:0": left}}
+	}
+	watched := map[int]time.Time{}
+	quiet := func(name string, s snapshot) {
+		t.Helper()
+		w.watchBeats(s, watched)
+		if l := w.b.log(); l != "" {
+			t.Fatalf("%s: logged %q", name, l)
+		}
+	}
+	quiet("beating", snap("healthy", pid, 900*time.Millisecond))
+	quiet("starting", snap("starting", pid, -2))
+	quiet("another process's record", snap("healthy", pid+1, 300*time.Millisecond))
+	quiet("no TTL", snap("healthy", pid, -1))
+
+	w.watchBeats(snap("healthy", pid, 300*time.Millisecond), watched)
+	want := fmt.Sprintf("beat watchdog: worker:a:0 pid %d on h0 is healthy and has not beaten for half a TTL (key expires in 300ms): %d ", pid, pid)
+	if l := w.b.log(); !strings.Contains(l, want) || !strings.Contains(l, "tasks in D: ") {
+		t.Fatalf("log %q, want %q", l, want)
+	}
+	w.b = newBook(at, nil)
+	quiet("again within half a TTL", snap("healthy", pid, -2))
+	at = at.Add(HBTTL / 2)
+	w.watchBeats(snap("healthy", pid, -2), watched)
+	if l := w.b.log(); !strings.Contains(l, "(key gone)") {
+		t.Fatalf("half a TTL later: log %q", l)
+	}
+
+	w.b = newBook(at, nil)
+	at = at.Add(HBTTL)
+	w.b.crashed("worker:a:0", pid)
+	quiet("a fault's target", snap("healthy", pid, -2))
+	w.b = newBook(at, nil)
+	at = at.Add(HBTTL)
+	w.b.windows = []*window{{host: "h1", from: at.Add(-HBTTL / 2), to: at.Add(-HBTTL / 4), why: "partition"}}
+	quiet("a host disturbed within a TTL", snap("healthy", pid, -2))
+}

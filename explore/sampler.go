@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ type snapshot struct {
 	redisOK  bool
 	leases   map[string]string // component → lease value ("" free)
 	records  map[string]record
+	hbLeft   map[string]time.Duration // component → its heartbeat key's PTTL (-2: no key)
 	hostPIDs map[int]string
 }
 
@@ -85,13 +87,14 @@ func (w *world) look(withRedis bool) snapshot {
 		}
 	}
 	if withRedis {
-		s.leases, s.records, s.redisOK = w.readRedis()
+		s.leases, s.records, s.hbLeft, s.redisOK = w.readRedis()
 	}
 	return s
 }
 
-// readRedis reads every slot's lease and record in one round trip.
-func (w *world) readRedis() (map[string]string, map[string]record, bool) {
+// readRedis reads every slot's lease, record and heartbeat key's PTTL in
+// one round trip.
+func (w *world) readRedis() (map[string]string, map[string]record, map[string]time.Duration, bool) {
 	ids := w.allSlots()
 	keys := w.store.Keys()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -99,16 +102,19 @@ func (w *world) readRedis() (map[string]string, map[string]record, bool) {
 	pipe := w.rdb.Pipeline()
 	gets := make([]*redis.StringCmd, len(ids))
 	hms := make([]*redis.SliceCmd, len(ids))
+	ttls := make([]*redis.DurationCmd, len(ids))
 	for i, id := range ids {
 		gets[i] = pipe.Get(ctx, keys.Slot(id))
 		hms[i] = pipe.HMGet(ctx, keys.Component(id), health.FieldStatus, health.FieldHost, health.FieldInstance, health.FieldPID)
+		ttls[i] = pipe.PTTL(ctx, keys.Heartbeat(id))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
-	leases, recs := map[string]string{}, map[string]record{}
+	leases, recs, left := map[string]string{}, map[string]record{}, map[string]time.Duration{}
 	for i, id := range ids {
 		leases[id.String()] = gets[i].Val()
+		left[id.String()] = ttls[i].Val()
 		v := hms[i].Val()
 		str := func(k int) string {
 			if k < len(v) {
@@ -120,13 +126,14 @@ func (w *world) readRedis() (map[string]string, map[string]record, bool) {
 		}
 		recs[id.String()] = record{status: str(0), host: str(1), instance: str(2), pid: str(3)}
 	}
-	return leases, recs, true
+	return leases, recs, left, true
 }
 
 // sampler checks invariants 1–3 every SampleEvery until stop closes.
 func (w *world) sampler(stop <-chan struct{}) {
 	since := map[string]time.Time{} // condition → first seen
 	reported := map[string]bool{}
+	watched := map[int]time.Time{} // worker pid → when the beat watchdog last looked at it
 	tick := time.NewTicker(SampleEvery)
 	defer tick.Stop()
 	last, n := time.Now(), 0
@@ -218,6 +225,7 @@ func (w *world) sampler(stop <-chan struct{}) {
 					}
 				}
 			}
+			w.watchBeats(s, watched)
 			// 3: a running record names the lease holder.
 			for comp, r := range s.records {
 				holder := s.leases[comp]
@@ -297,4 +305,36 @@ func describeProcs(ps []proc) string {
 		s[i] = fmt.Sprintf("pid %d on %s (state %c)", p.pid, p.host, p.state)
 	}
 	return strings.Join(s, ", ")
+}
+
+// watchBeats logs where a healthy worker's threads are when it has not
+// beaten for half a TTL while nothing was disturbed for a TTL (Redis
+// answering, no fault injected into it): a running worker killed as hung
+// with no fault to explain it (285451, 291408, E43's stall) then leaves
+// in the seed's log whether it sat in the kernel (D, with its stack),
+// waited for a CPU (R) or slept in the Go runtime (S: a goroutine of its
+// own held up). At most once per half a TTL per process.
+func (w *world) watchBeats(s snapshot, watched map[int]time.Time) {
+	if w.b.anyDisturbed(s.at.Add(-HBTTL), s.at) {
+		return
+	}
+	for _, ps := range s.sup {
+		for _, p := range ps {
+			left, ok := s.hbLeft[p.comp]
+			r := s.records[p.comp]
+			switch {
+			case !ok || left == -1 || left > HBTTL/2:
+			case r.status != string(health.StatusHealthy) || r.pid != strconv.Itoa(p.pid):
+			case w.b.wasFaulted(p.pid) || s.at.Sub(watched[p.pid]) < HBTTL/2:
+			default:
+				watched[p.pid] = s.at
+				key := "expires in " + left.Round(time.Millisecond).String()
+				if left < 0 {
+					key = "gone"
+				}
+				w.b.logf("beat watchdog: %s pid %d on %s is healthy and has not beaten for half a TTL (key %s): %s; tasks in D: %s",
+					p.comp, p.pid, p.host, key, procWhere(p.pid), blockedTasks(8))
+			}
+		}
+	}
 }
