@@ -140,3 +140,46 @@ func TestBeatWatchdog(t *testing.T) {
 	w.b.windows = []*window{{host: "h1", from: at.Add(-HBTTL / 2), to: at.Add(-HBTTL / 4), why: "partition"}}
 	quiet("a host disturbed within a TTL", snap("healthy", pid, -2))
 }
+
+// SpreadWorkers makes n files of the worker binary, each its own inode
+// with the same bytes, and hands them to hosts in turn.
+func TestSpreadWorkers(t *testing.T) {
+	bin := t.TempDir() + "/chaosworker"
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh := &Shared{WorkerBin: bin}
+	if got := sh.workerBin(); got != bin {
+		t.Fatalf("unspread: %s", got)
+	}
+	if err := sh.SpreadWorkers(3); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]os.FileInfo{}
+	for range 6 {
+		b := sh.workerBin()
+		fi, err := os.Stat(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o100 == 0 {
+			t.Errorf("%s is not executable: %v", b, fi.Mode())
+		}
+		if got, _ := os.ReadFile(b); string(got) != "#!/bin/sh\nexit 0\n" {
+			t.Errorf("%s holds %q", b, got)
+		}
+		seen[b] = fi
+	}
+	if len(seen) != 3 {
+		t.Fatalf("6 hosts got %d binaries, want 3: %v", len(seen), seen)
+	}
+	var fis []os.FileInfo
+	for _, fi := range seen {
+		for _, other := range fis {
+			if os.SameFile(fi, other) {
+				t.Fatalf("two binaries share a file: %s, %s", fi.Name(), other.Name())
+			}
+		}
+		fis = append(fis, fi)
+	}
+}

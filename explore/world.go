@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -31,6 +32,43 @@ type Shared struct {
 	ledger             *miniredis.Miniredis
 	ledgerRdb          *redis.Client
 	ports              ports // of the redis-server processes (SetPorts)
+
+	workerBins []string      // WorkerBin and its copies (SpreadWorkers)
+	nextWorker atomic.Uint32 // round robin over workerBins
+}
+
+// SpreadWorkers copies the worker binary so that there are n of it, each
+// its own file, and gives each host the next one in turn. Every exec and
+// every exit of a process takes its executable's mapping lock (the
+// inode's i_mmap_rwsem) for writing; with every worker of every seed
+// running one file, a busy 2-core machine held exiting workers of several
+// seeds in D state for seconds (unlink_file_vma_batch_process, under
+// exit_mmap: seed 291962, E43), coupling seeds that share nothing else.
+// The copies are made once, before the first seed, in WorkerBin's
+// directory.
+func (s *Shared) SpreadWorkers(n int) error {
+	bins := []string{s.WorkerBin}
+	src, err := os.ReadFile(s.WorkerBin)
+	if err != nil {
+		return err
+	}
+	for i := 1; i < n; i++ {
+		bin := fmt.Sprintf("%s-%d", s.WorkerBin, i)
+		if err := os.WriteFile(bin, src, 0o755); err != nil {
+			return err
+		}
+		bins = append(bins, bin)
+	}
+	s.workerBins = bins
+	return nil
+}
+
+// workerBin is the worker binary for the next host.
+func (s *Shared) workerBin() string {
+	if len(s.workerBins) == 0 {
+		return s.WorkerBin
+	}
+	return s.workerBins[int(s.nextWorker.Add(1)-1)%len(s.workerBins)]
 }
 
 // NewShared starts the ledger's Redis for the binaries given.
@@ -217,9 +255,10 @@ func (w *world) hostConfig(h *host) hostproto.Config {
 			JobCrashRetries: new(w.p.JobCrashRetries)},
 		Schedules: schedDefinitions(),
 	}
+	bin := w.sh.workerBin()
 	for _, p := range w.p.Pools {
 		cfg.Pools = append(cfg.Pools, hostproto.Pool{Queue: p.Queue, Workers: p.Workers,
-			Command: []string{w.sh.WorkerBin}, Concurrency: p.Concurrency, TaskTimeout: TaskTimeout,
+			Command: []string{bin}, Concurrency: p.Concurrency, TaskTimeout: TaskTimeout,
 			Env: map[string]string{testledger.EnvURL: "redis://" + w.sh.ledger.Addr(), testledger.EnvPrefix: w.lpfx}})
 	}
 	return cfg

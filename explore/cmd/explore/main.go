@@ -80,6 +80,11 @@ func main() {
 		fail(err.Error())
 	}
 	defer sh.Close()
+	// A worker binary of its own for each host of the seeds under way
+	// (at most three each): seeds share no executable's mapping lock.
+	if err := sh.SpreadWorkers(3 * max(1, *jobs)); err != nil {
+		fail("copy the worker binary: " + err.Error())
+	}
 	sh.SetPorts(lo, hi)
 	// The explorer's own Redis clients (its judge's, on a Sentinel or a
 	// Cluster) log nothing: a failover's dial errors are the schedule's
