@@ -57,14 +57,7 @@ func TestProcWhereNamesThreads(t *testing.T) {
 	if !strings.Contains(got, "[threads: ") {
 		t.Fatalf("procWhere of this process: %q", got)
 	}
-	cmd := exec.Command("sleep", "5")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
+	cmd := sleeper(t)
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -88,14 +81,7 @@ func TestProcWhereNamesThreads(t *testing.T) {
 // quiet for a worker beating, not healthy, not the record's process, a
 // fault's target, or while a host is disturbed.
 func TestBeatWatchdog(t *testing.T) {
-	cmd := exec.Command("sleep", "5")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
+	cmd := sleeper(t)
 	pid := cmd.Process.Pid
 	at := time.Now()
 	w := &world{b: newBook(at, nil)}
@@ -182,4 +168,18 @@ func TestSpreadWorkers(t *testing.T) {
 		}
 		fis = append(fis, fi)
 	}
+}
+
+// sleeper starts a sleep process, killed and waited for at the test's end.
+func sleeper(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
 }
