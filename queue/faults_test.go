@@ -252,27 +252,26 @@ func TestWorkerWaitsForRedis(t *testing.T) {
 			t.Error("RunWorker did not return")
 		}
 	}()
-	select {
-	case <-e.logs.waitFor("redis unreachable"):
-	case err := <-exited:
-		exited <- err // for the deferred check
-		t.Fatalf("the worker exited while Redis was unreachable: %v", err)
-	case <-time.After(waitTimeout):
-		t.Fatal("no log line says Redis is unreachable")
+	// awaitLog waits for a log line while Redis is unreachable: the worker
+	// must not exit meanwhile.
+	awaitLog := func(line, missing string) {
+		t.Helper()
+		select {
+		case <-e.logs.waitFor(line):
+		case err := <-exited:
+			exited <- err // for the deferred check
+			t.Fatalf("the worker exited while Redis was unreachable: %v", err)
+		case <-time.After(waitTimeout):
+			t.Fatal(missing)
+		}
 	}
+	awaitLog("redis unreachable", "no log line says Redis is unreachable")
 	// Redis stays away until the start's ping has given up (go-redis's
 	// retries, within 5 s: before the fix the worker exited there). The
 	// heartbeat starts only after it, and its failures say the worker went
 	// on. Lifting the refusal at the first line above let a retry of that
 	// very ping succeed, and the test passed with the exit put back.
-	select {
-	case <-e.logs.waitFor("heartbeat failed"):
-	case err := <-exited:
-		exited <- err // for the deferred check
-		t.Fatalf("the worker exited while Redis was unreachable: %v", err)
-	case <-time.After(waitTimeout):
-		t.Fatal("no heartbeat failed while Redis was unreachable")
-	}
+	awaitLog("heartbeat failed", "no heartbeat failed while Redis was unreachable")
 	w := e.watch()
 	id := e.enqueue(e.client(), "job", "", asynq.Retention(time.Hour))
 	p.Refuse(false)
