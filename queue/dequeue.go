@@ -24,26 +24,34 @@ import (
 // or a slow network can hold a command); it would take a task for a
 // process that no longer exists, left to asynq's lease recovery.
 //
+// It takes up to ARGV[9] tasks (1 if absent) in one call (prefetch.go):
+// each as asynq's dequeue would, one after the other.
+//
 // KEYS: pending, paused, active, lease (as asynq's), dead owners. ARGV:
 // lease expiry (Unix s), task key prefix (as asynq's), owner field,
 // owner, job key prefix, crash counter suffix, solo crash counter suffix,
-// run token field. Returns {msg, id, crashes, solo crashes, run token} or
-// nil.
+// run token field, most tasks to take. Returns {msg, id, crashes, solo
+// crashes, run token} for each task taken, in the order taken, or nil.
 const vigilDequeueSource = `
-if redis.call("EXISTS", KEYS[2]) == 0 and not redis.call("ZSCORE", KEYS[5], ARGV[4]) then
-	local id = redis.call("RPOPLPUSH", KEYS[1], KEYS[3])
-	if id then
-		local key = ARGV[2] .. id
-		redis.call("HSET", key, "state", "active", ARGV[3], ARGV[4])
-		local run = redis.call("HINCRBY", key, ARGV[8], 1)
-		redis.call("HDEL", key, "pending_since")
-		redis.call("ZADD", KEYS[4], ARGV[1], id)
-		local n = redis.call("GET", ARGV[5] .. id .. ARGV[6])
-		local solo = redis.call("GET", ARGV[5] .. id .. ARGV[7])
-		return {redis.call("HGET", key, "msg"), id, n or "0", solo or "0", run}
-	end
+if redis.call("EXISTS", KEYS[2]) == 1 or redis.call("ZSCORE", KEYS[5], ARGV[4]) then
+	return nil
 end
-return nil`
+local out = {}
+for i = 1, tonumber(ARGV[9] or "1") do
+	local id = redis.call("RPOPLPUSH", KEYS[1], KEYS[3])
+	if not id then break end
+	local key = ARGV[2] .. id
+	redis.call("HSET", key, "state", "active", ARGV[3], ARGV[4])
+	local run = redis.call("HINCRBY", key, ARGV[8], 1)
+	redis.call("HDEL", key, "pending_since")
+	redis.call("ZADD", KEYS[4], ARGV[1], id)
+	local n = redis.call("GET", ARGV[5] .. id .. ARGV[6])
+	local solo = redis.call("GET", ARGV[5] .. id .. ARGV[7])
+	local t = #out
+	out[t+1], out[t+2], out[t+3], out[t+4], out[t+5] = redis.call("HGET", key, "msg"), id, n or "0", solo or "0", run
+end
+if #out == 0 then return nil end
+return out`
 
 var vigilDequeueScript = redis.NewScript(vigilDequeueSource)
 
@@ -130,6 +138,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	}
 	if why := h.gateClosed(); why != "" {
 		if why == "backpressure" || why == "worker paused" {
+			h.giveBack(ctx, next, false) // the worker takes no task: nor what it took ahead
 			h.metrics.DequeueSkips.Add(1)
 			if h.onSkip != nil {
 				h.onSkip()
@@ -137,6 +146,12 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		}
 		c.SetErr(redis.Nil)
 		return redis.Nil
+	}
+	if h.handOut(c) {
+		if h.onTry != nil {
+			h.onTry(true)
+		}
+		return nil
 	}
 	h.dq.RLock()
 	defer h.dq.RUnlock()
@@ -146,7 +161,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	sargs = append(sargs, args[3:7]...)
 	sargs = append(sargs, h.deadOwners)
 	sargs = append(sargs, args[7:]...)
-	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix, health.JobSoloCrashesSuffix, runField)
+	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix, health.JobSoloCrashesSuffix, runField, h.want())
 	start := h.clock.Now()
 	run := redis.NewCmd(ctx, sargs...)
 	// Sent once: after a lost reply a dequeue sent again would take a
@@ -182,18 +197,12 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		return err
 	}
 	res, _ := run.Val().([]any)
-	if len(res) != 5 {
+	first, ok := h.prefetched(res)
+	if !ok {
 		c.SetErr(redis.Nil)
 		return redis.Nil
 	}
-	id, _ := res[1].(string)
-	var cr crashRecord
-	cr.all, _ = strconv.Atoi(asString(res[2]))
-	cr.solo, _ = strconv.Atoi(asString(res[3]))
-	token, _ := res[4].(int64)
-	h.held.dequeued(id, token, h.clock.Now())
-	h.putCrashes(id, cr)
-	c.SetVal(res[0])
+	c.SetVal(first)
 	return nil
 }
 

@@ -84,6 +84,13 @@ func (h *holdings) resolve(id string) {
 	delete(h.m, id)
 }
 
+// count is how many tasks are held (a returned one past its grace too).
+func (h *holdings) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
 // holds reports whether the task is held at now.
 func (h *holdings) holds(id string, now time.Time) bool {
 	h.mu.Lock()

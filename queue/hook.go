@@ -52,6 +52,8 @@ type redisHook struct {
 	clock      clock.Clock
 	link       *link
 	held       holdings
+	ahead      prefetch // tasks a dequeue took for asynq's next calls (prefetch.go)
+	slots      int      // asynq's concurrency
 	kept       *keptOutcomes
 	throttle   *throttledLog
 	records    func(context.Context, []health.ComponentID) ([]health.Component, error)

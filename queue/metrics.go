@@ -49,6 +49,11 @@ type Metrics struct {
 	// this process, requeued with no attempt counted.
 	DequeueNoAnswer  atomic.Int64
 	StrandedRequeued atomic.Int64
+	// Prefetched counts tasks a dequeue took ahead for later calls of
+	// asynq's (prefetch.go); PrefetchGivenBack those of them put back in
+	// pending unrun (the worker paused, backpressure, or stopping).
+	Prefetched        atomic.Int64
+	PrefetchGivenBack atomic.Int64
 	// Kept outcomes (kept.go): KeptOutcomes is how many wait now;
 	// KeptWritten were written later, KeptStale turned out written or taken
 	// by someone else, KeptDropped were dropped past the bound (those tasks
@@ -117,6 +122,8 @@ func (m *Metrics) Snapshot() map[string]int64 {
 		"redis_slow_replies":  m.RedisSlowReplies.Load(),
 		"dequeue_no_answer":   m.DequeueNoAnswer.Load(),
 		"stranded_requeued":   m.StrandedRequeued.Load(),
+		"prefetched":          m.Prefetched.Load(),
+		"prefetch_given_back": m.PrefetchGivenBack.Load(),
 		"kept_outcomes":       m.KeptOutcomes.Load(),
 		"kept_written":        m.KeptWritten.Load(),
 		"kept_stale":          m.KeptStale.Load(),

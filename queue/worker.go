@@ -227,6 +227,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	w.kept = newKeptOutcomes(ownerOf(w.id, w.pid), cfg.MaxKept, w.metrics, w.log, w.clock)
 	w.hook = newRedisHook(w.store.Keys(), w.id, w.pid, w.log, w.metrics, w.clock, w.link, w.kept, w.throttle)
 	w.hook.onSkip, w.hook.onTry = cfg.onDequeueSkip, cfg.onDequeue
+	w.hook.slots = w.env.Concurrency
 	w.hook.handBack = w.handBack
 	// asynq writes a deadline's or a cancel's outcome without waiting for
 	// the middleware, which decides within stuckGrace whether the handler
@@ -352,7 +353,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 			"bound", w.env.ShutdownTimeout+shutdownSlack)
 		w.hook.conns.sever()
 	})
-	srv.Shutdown()    // stops dequeuing, waits, requeues what did not finish
+	srv.Shutdown() // stops dequeuing, waits, requeues what did not finish
+	w.giveBackPrefetched()
 	w.inflight.Wait() // every middleware run has written its outcome
 	select {
 	case <-w.stuck:

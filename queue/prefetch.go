@@ -1,0 +1,230 @@
+package queue
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+)
+
+// Prefetch. asynq dequeues one task per round trip, from one goroutine,
+// after taking one of its concurrency tokens: with short tasks a worker's
+// throughput is one task per dequeue round trip (issue 14, P5). The hook's
+// dequeue therefore takes, in the same script call, as many tasks as this
+// process has free handler slots (the concurrency less the tasks it holds),
+// up to maxPrefetch, hands asynq the first and keeps the others here; the
+// next calls asynq makes (it makes them at once while it has free tokens)
+// are answered from here without asking Redis.
+//
+// A prefetched task is as a dequeued one in every respect that recovery
+// sees: active in asynq with a lease, the owner field naming this process,
+// its run token taken, held (held.go; the stranded-task sweep leaves it),
+// and no running record (its handler has not begun: a crash now counts
+// nothing against it). The process's death puts it back through the
+// supervisor's owner-scoped requeue, as any task it held.
+//
+// It waits here only while asynq makes no dequeue call, or while the gate
+// is closed:
+//   - paused or backpressure (the worker takes no task): given back, to
+//     the front of pending in its order, by giveBackScript at the next
+//     dequeue call asynq makes (asynq keeps calling, every
+//     TaskCheckInterval);
+//   - Redis unreachable or refusing writes: kept, handed out once the gate
+//     opens (a give-back could not be written);
+//   - the worker stopping: given back once asynq's shutdown returned
+//     (giveBackAll); one that cannot be is requeued by the supervisor
+//     after the process exits.
+//
+// A give-back that got no reply may have run: its tasks are dropped from
+// here and from the held set, so that they are never handed out (another
+// worker may already run them), and the link goes down; once Redis answers
+// the stranded-task sweep puts back those still active under this process.
+
+// maxPrefetch bounds the tasks one dequeue takes.
+const maxPrefetch = 32
+
+// prefetchedTask is one task a dequeue took for a later call of asynq's.
+type prefetchedTask struct {
+	msg any // the task message, as the script returned it
+	id  string
+}
+
+// prefetch holds the tasks taken ahead. Safe for concurrent use.
+type prefetch struct {
+	mu    sync.Mutex
+	tasks []prefetchedTask // in the order taken: the first is handed out first
+}
+
+func (p *prefetch) put(ts []prefetchedTask) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tasks = append(p.tasks, ts...)
+}
+
+// pop hands out the first task taken ahead.
+func (p *prefetch) pop() (prefetchedTask, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.tasks) == 0 {
+		return prefetchedTask{}, false
+	}
+	t := p.tasks[0]
+	p.tasks[0] = prefetchedTask{}
+	p.tasks = p.tasks[1:]
+	return t, true
+}
+
+// take empties the prefetch and returns what it held, in order.
+func (p *prefetch) take() []prefetchedTask {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ts := p.tasks
+	p.tasks = nil
+	return ts
+}
+
+func (p *prefetch) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.tasks)
+}
+
+// want is how many tasks the next dequeue from Redis should take: one per
+// handler slot that no held task fills (asynq's call holds one of them).
+func (h *redisHook) want() int {
+	return max(1, min(maxPrefetch, h.slots-h.held.count()))
+}
+
+// giveBackScript puts tasks a dequeue took ahead back at the front of
+// pending, in their order (the first taken is the next to be dequeued),
+// each only if it is still active under this owner. No attempt counted, no
+// event: to everyone else the task was never taken.
+//
+// KEYS: active, lease, pending. ARGV: task key prefix, owner field, owner,
+// pending_since (Unix ns), then the ids in the order taken. Returns the
+// number put back.
+var giveBackScript = redis.NewScript(giveBackSource)
+
+const giveBackSource = `
+local n = 0
+for i = #ARGV, 5, -1 do
+	local id = ARGV[i]
+	local key = ARGV[1] .. id
+	if redis.call("HGET", key, ARGV[2]) == ARGV[3] and redis.call("HGET", key, "state") == "active"
+		and redis.call("LREM", KEYS[1], 0, id) > 0 then
+		redis.call("ZREM", KEYS[2], id)
+		redis.call("RPUSH", KEYS[3], id)
+		redis.call("HSET", key, "state", "pending", "pending_since", ARGV[4])
+		redis.call("HDEL", key, ARGV[2])
+		n = n + 1
+	end
+end
+return n`
+
+// giveBack puts the prefetched tasks back in pending (see prefetch) through
+// send (the hook's next, or the client itself: observed is true when that
+// already observes the reply). On a refusal they stay prefetched, for the
+// next call; with no reply they are dropped (the link goes down, and the
+// stranded-task sweep requeues them).
+func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observed bool) {
+	ts := h.ahead.take()
+	if len(ts) == 0 {
+		return
+	}
+	argv := []any{asynqTaskPrefix(h.q), ownerField, h.owner, h.clock.Now().UnixNano()}
+	for _, t := range ts {
+		argv = append(argv, t.id)
+	}
+	keys := []string{h.active, h.lease, h.pending}
+	args := []any{"evalsha", giveBackScript.Hash(), len(keys)}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, argv...)
+	start := h.clock.Now()
+	cmd := redis.NewCmd(ctx, args...)
+	err := send(ctx, health.NoRetry{Cmd: cmd})
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[0], args[1] = "eval", giveBackSource
+		cmd = redis.NewCmd(ctx, args...)
+		err = send(ctx, health.NoRetry{Cmd: cmd})
+	}
+	if !observed {
+		h.observe("give back", start, err)
+	}
+	switch f := faultOf(err); {
+	case err == nil:
+		h.metrics.PrefetchGivenBack.Add(int64(len(ts)))
+	case f == faultRefused:
+		h.ahead.put(ts) // not run: the next call tries again
+		return
+	default:
+		// It may have run: the tasks may be pending again, taken by
+		// another worker already, so they are never handed out here.
+		// Those it did not put back are active under this process and
+		// held by no one: stranded, requeued by the sweep once the link
+		// has been down and Redis answers again.
+		h.log.Warn("prefetched tasks' give-back failed: requeued as stranded once redis answers", "tasks", len(ts), "err", err)
+		if f != faultNoAnswer { // observe fired it for no reply
+			h.link.fire(evNoAnswer, err)
+		}
+	}
+	for _, t := range ts {
+		h.held.resolve(t.id)
+		h.takeCrashes(t.id)
+	}
+}
+
+// handOut answers a dequeue call of asynq's from the prefetch, if it holds
+// a task.
+func (h *redisHook) handOut(c *redis.Cmd) bool {
+	t, ok := h.ahead.pop()
+	if !ok {
+		return false
+	}
+	c.SetVal(t.msg)
+	return true
+}
+
+// giveBackPrefetched gives back what is still prefetched as the worker
+// stops, after asynq's shutdown returned (no dequeue call comes any more).
+// What it cannot give back is requeued by the supervisor once the process
+// is gone.
+func (w *worker) giveBackPrefetched() {
+	if w.hook.ahead.len() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	w.hook.giveBack(ctx, func(ctx context.Context, cmd redis.Cmder) error {
+		return w.rdb.Process(ctx, cmd) // through the hook, which observes it
+	}, true)
+}
+
+// prefetched parses the dequeue script's reply: the first task is asynq's,
+// the others are kept. Every task is held from here on.
+func (h *redisHook) prefetched(res []any) (first any, ok bool) {
+	var ahead []prefetchedTask
+	for i := 0; i+4 < len(res); i += 5 {
+		id, _ := res[i+1].(string)
+		var cr crashRecord
+		cr.all, _ = strconv.Atoi(asString(res[i+2]))
+		cr.solo, _ = strconv.Atoi(asString(res[i+3]))
+		token, _ := res[i+4].(int64)
+		h.held.dequeued(id, token, h.clock.Now())
+		h.putCrashes(id, cr)
+		if i == 0 {
+			first, ok = res[i], true
+			continue
+		}
+		ahead = append(ahead, prefetchedTask{msg: res[i], id: id})
+	}
+	if len(ahead) > 0 {
+		h.ahead.put(ahead)
+		h.metrics.Prefetched.Add(int64(len(ahead)))
+	}
+	return first, ok
+}

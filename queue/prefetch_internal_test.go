@@ -1,0 +1,241 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/vigil-dev/vigil/health"
+	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/internal/redisconn"
+	"github.com/vigil-dev/vigil/internal/testlog"
+	"github.com/vigil-dev/vigil/internal/testredis"
+)
+
+// prefetchEnv is a hook with 4 handler slots on a client of its own, and
+// six tasks t1…t6 enqueued in that order.
+type prefetchEnv struct {
+	t       *testing.T
+	rdb     *redis.Client // without the hook
+	hooked  redis.UniversalClient
+	h       *redisHook
+	q       string
+	m       *Metrics
+	logs    *testlog.Buffer
+	dequeue func() (string, error) // one dequeue call as asynq makes it: the task id taken
+}
+
+func newPrefetchEnv(t *testing.T) *prefetchEnv {
+	env := testredis.New(t)
+	q := testQueue(t, env, "pf")
+	keys := health.NewStore(env.Client, env.Prefix, 0).Keys()
+	c := asynq.NewClientFromRedisClient(env.Client)
+	for _, id := range []string{"t1", "t2", "t3", "t4", "t5", "t6"} {
+		if _, err := c.Enqueue(asynq.NewTask("t", nil), asynq.Queue(q), asynq.TaskID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hooked, err := redisconn.Open(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hooked.Close() })
+	logs := new(testlog.Buffer)
+	m := new(Metrics)
+	h := newRedisHook(keys, health.ComponentID{Queue: q, Slot: 0}, 4242, slog.New(slog.NewTextHandler(logs, nil)), m,
+		clock.Real{}, newLink(clock.Real{}), newKeptOutcomes("x", 0, m, slog.New(slog.NewTextHandler(logs, nil)), clock.Real{}),
+		&throttledLog{})
+	h.slots = 4
+	hooked.AddHook(h)
+	p := &prefetchEnv{t: t, rdb: env.Client, hooked: hooked, h: h, q: q, m: m, logs: logs}
+	keys4 := []string{asynqPendingKey(q), asynqPausedKey(q), asynqActiveKey(q), asynqLeaseKey(q)}
+	p.dequeue = func() (string, error) {
+		// asynq's own call: its script, by SHA, which the hook takes over.
+		res, err := redis.NewScript(asynqDequeueSource).Run(context.Background(), hooked, keys4,
+			time.Now().Add(30*time.Second).Unix(), asynqTaskPrefix(q)).Text()
+		if err != nil {
+			return "", err
+		}
+		id, ok := p.idOf(res)
+		if !ok {
+			t.Fatalf("dequeue returned %q, not a task message of t1…t6", res)
+		}
+		return id, nil
+	}
+	return p
+}
+
+// idOf finds which task an encoded message is (its id is in it).
+func (p *prefetchEnv) idOf(msg string) (string, bool) {
+	for _, id := range []string{"t1", "t2", "t3", "t4", "t5", "t6"} {
+		v, err := p.rdb.HGet(context.Background(), asynqTaskPrefix(p.q)+id, "msg").Result()
+		if err == nil && v == msg {
+			return id, true
+		}
+	}
+	return "", false
+}
+
+func (p *prefetchEnv) list(key string) []string {
+	p.t.Helper()
+	v, err := p.rdb.LRange(context.Background(), key, 0, -1).Result()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return v
+}
+
+func (p *prefetchEnv) field(id, f string) string {
+	return p.rdb.HGet(context.Background(), asynqTaskPrefix(p.q)+id, f).Val()
+}
+
+// TestPrefetch: a dequeue takes a task for each free handler slot in one
+// call and hands them out in order without asking Redis again; every task
+// taken is active under the owner and held (so neither the stranded-task
+// sweep nor asynq's lease recovery takes it); a pause gives back what was
+// taken ahead, to the front of pending in its order, with no owner left on
+// it; the next dequeue takes only what the free slots ask for.
+func TestPrefetch(t *testing.T) {
+	p := newPrefetchEnv(t)
+	owner := p.h.owner
+	want := func(got string, err error, id string) {
+		t.Helper()
+		if err != nil || got != id {
+			t.Fatalf("dequeue: got %q (%v), want %s", got, err, id)
+		}
+	}
+	got, err := p.dequeue()
+	want(got, err, "t1")
+	// One call took t1…t4: four slots, none filled.
+	if n := p.m.Prefetched.Load(); n != 3 {
+		t.Fatalf("prefetched %d, want 3", n)
+	}
+	if pend := p.list(asynqPendingKey(p.q)); !slices.Equal(pend, []string{"t6", "t5"}) {
+		t.Fatalf("pending %v, want [t6 t5] (t5 next)", pend)
+	}
+	for _, id := range []string{"t1", "t2", "t3", "t4"} {
+		if p.field(id, "state") != "active" || p.field(id, ownerField) != owner || !p.h.held.holds(id, time.Now()) {
+			t.Fatalf("%s: state %q owner %q held %v: want active, owned, held", id, p.field(id, "state"),
+				p.field(id, ownerField), p.h.held.holds(id, time.Now()))
+		}
+	}
+	// t2 comes from the prefetch: Redis is not asked (a stopped Redis would
+	// not answer, so a miniredis-free check: the pending list is as it was).
+	got, err = p.dequeue()
+	want(got, err, "t2")
+	if pend := p.list(asynqPendingKey(p.q)); len(pend) != 2 {
+		t.Fatalf("pending %v after a hand-out from the prefetch, want it untouched", pend)
+	}
+
+	// Paused: the worker takes no task, and gives back t3 and t4.
+	p.h.paused.Store(true)
+	if _, err := p.dequeue(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("dequeue while paused: %v, want redis.Nil", err)
+	}
+	if n := p.m.PrefetchGivenBack.Load(); n != 2 {
+		t.Fatalf("given back %d, want 2", n)
+	}
+	if pend := p.list(asynqPendingKey(p.q)); !slices.Equal(pend, []string{"t6", "t5", "t4", "t3"}) {
+		t.Fatalf("pending %v, want [t6 t5 t4 t3] (t3 next, as before)", pend)
+	}
+	for _, id := range []string{"t3", "t4"} {
+		if p.field(id, "state") != "pending" || p.field(id, ownerField) != "" || p.field(id, "pending_since") == "" ||
+			p.h.held.holds(id, time.Now()) {
+			t.Fatalf("%s given back: state %q owner %q pending_since %q held %v", id, p.field(id, "state"),
+				p.field(id, ownerField), p.field(id, "pending_since"), p.h.held.holds(id, time.Now()))
+		}
+		if _, ok := p.h.takeCrashes(id); ok {
+			t.Fatalf("%s given back: its crash counters still wait for the middleware", id)
+		}
+	}
+	if act := p.list(asynqActiveKey(p.q)); len(act) != 2 {
+		t.Fatalf("active %v, want t1 and t2 only", act)
+	}
+
+	// Resumed, t1 and t2 still held: 4 slots less 2 held = t3 now and t4
+	// ahead, t5 left pending.
+	p.h.paused.Store(false)
+	got, err = p.dequeue()
+	want(got, err, "t3")
+	if pend := p.list(asynqPendingKey(p.q)); !slices.Equal(pend, []string{"t6", "t5"}) {
+		t.Fatalf("pending %v, want [t6 t5]", pend)
+	}
+	got, err = p.dequeue()
+	want(got, err, "t4")
+}
+
+// TestPrefetchGiveBackFailures: a give-back Redis refuses keeps the tasks
+// prefetched (it did not run; the next call tries again, or hands them
+// out), one that gets no reply drops them (it may have run: they may be
+// pending, even running elsewhere, already) and takes the link down, so
+// that the stranded-task sweep requeues those it did not put back.
+func TestPrefetchGiveBackFailures(t *testing.T) {
+	p := newPrefetchEnv(t)
+	if got, err := p.dequeue(); err != nil || got != "t1" {
+		t.Fatalf("dequeue: %q %v", got, err)
+	}
+	readonly := func(_ context.Context, cmd redis.Cmder) error {
+		err := proto("READONLY You can't write against a read only replica.")
+		cmd.SetErr(err)
+		return err
+	}
+	p.h.giveBack(context.Background(), readonly, false)
+	if n := p.h.ahead.len(); n != 3 {
+		t.Fatalf("after a refused give-back %d prefetched, want 3 kept", n)
+	}
+	if !p.h.link.isUp() {
+		t.Fatal("a refusal took the link down")
+	}
+	lost := func(_ context.Context, cmd redis.Cmder) error {
+		err := errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout")
+		cmd.SetErr(err)
+		return err
+	}
+	p.h.giveBack(context.Background(), lost, false)
+	if n := p.h.ahead.len(); n != 0 {
+		t.Fatalf("after a give-back with no reply %d prefetched, want none", n)
+	}
+	for _, id := range []string{"t2", "t3", "t4"} {
+		if p.h.held.holds(id, time.Now()) {
+			t.Fatalf("%s still held after a give-back with no reply: the stranded-task sweep would leave it active", id)
+		}
+	}
+	if !p.h.held.holds("t1", time.Now()) {
+		t.Fatal("t1, handed to asynq, no longer held")
+	}
+	if p.h.link.isUp() {
+		t.Fatal("the link is still up after a give-back with no reply: no sweep would requeue its tasks")
+	}
+}
+
+// proto is an error reply of Redis's.
+type proto string
+
+func (e proto) Error() string { return string(e) }
+func (proto) RedisError()     {}
+
+// TestPrefetchGivenBackAtStop: what asynq did not ask for before its
+// shutdown returned goes back to pending as the worker stops, unowned.
+func TestPrefetchGivenBackAtStop(t *testing.T) {
+	p := newPrefetchEnv(t)
+	if got, err := p.dequeue(); err != nil || got != "t1" {
+		t.Fatalf("dequeue: %q %v", got, err)
+	}
+	w := &worker{hook: p.h, rdb: p.hooked}
+	w.giveBackPrefetched()
+	if pend := p.list(asynqPendingKey(p.q)); !slices.Equal(pend, []string{"t6", "t5", "t4", "t3", "t2"}) {
+		t.Fatalf("pending %v after the stop, want [t6 t5 t4 t3 t2]", pend)
+	}
+	if p.h.ahead.len() != 0 || p.h.held.holds("t2", time.Now()) || p.field("t2", ownerField) != "" {
+		t.Fatal("t2 given back but still prefetched, held or owned")
+	}
+	if act := p.list(asynqActiveKey(p.q)); !slices.Equal(act, []string{"t1"}) {
+		t.Fatalf("active %v, want [t1]", act)
+	}
+}
