@@ -35,6 +35,7 @@ var (
 	slowDesc         = prometheus.NewDesc("vigil_worker_redis_slow_replies_total", "Redis replies to the worker slower than 500 ms.", wLabels, nil)
 	refusedDesc      = prometheus.NewDesc("vigil_worker_redis_refused_total", "Writes Redis refused the worker, by kind (OOM, READONLY, MISCONF, …).", append(wLabels, "kind"), nil)
 	strandedDesc     = prometheus.NewDesc("vigil_worker_stranded_requeues_total", "Tasks a lost dequeue reply left active under the worker, requeued by it with no attempt counted.", wLabels, nil)
+	prefetchDesc     = prometheus.NewDesc("vigil_worker_prefetched_total", "Tasks a dequeue took ahead for the worker's free handler slots, by result: taken (all of them), given_back (put back in pending unrun: the worker was paused, under backpressure or stopping).", append(wLabels, "result"), nil)
 	keptDesc         = prometheus.NewDesc("vigil_worker_kept_outcomes", "Task outcomes the worker keeps in memory because Redis did not take them (0 unless it is running).", wLabels, nil)
 	keptTotalDesc    = prometheus.NewDesc("vigil_worker_kept_outcomes_total", "Kept task outcomes by result: written, stale (written already or taken by someone else), dropped (past the bound: the task runs again).", append(wLabels, "result"), nil)
 	leaseSkipsDesc   = prometheus.NewDesc("vigil_worker_lease_recovery_skips_total", "Tasks asynq's lease recovery would have retried while their owner process was alive.", wLabels, nil)
@@ -74,7 +75,7 @@ func newRedisCollector(cfg Config) *redisCollector {
 func (c *redisCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{workersDesc, heartbeatsDesc, hbFailuresDesc, hbDegradedDesc, inflightDesc,
 		jobsDoneDesc, toxicDesc, abortedDesc, stuckDesc, pausesDesc, acquireFailsDesc, retriesDesc,
-		unreachableDesc, slowDesc, refusedDesc, strandedDesc, keptDesc, keptTotalDesc, leaseSkipsDesc, recDroppedDesc,
+		unreachableDesc, slowDesc, refusedDesc, strandedDesc, prefetchDesc, keptDesc, keptTotalDesc, leaseSkipsDesc, recDroppedDesc,
 		qJobsDesc, qLatencyDesc, qPausedDesc, qProcessed, qFailed, scrapeErrDesc} {
 		ch <- d
 	}
@@ -151,6 +152,8 @@ func (c *redisCollector) collectWorkers(ctx context.Context, ch chan<- prometheu
 			counter(refusedDesc, n, q, id, kind)
 		}
 		counter(strandedDesc, s[queue.StatStrandedRequeued], q, id)
+		counter(prefetchDesc, s[queue.StatPrefetched], q, id, "taken")
+		counter(prefetchDesc, s[queue.StatPrefetchGivenBack], q, id, "given_back")
 		counter(keptTotalDesc, s[queue.StatKeptWritten], q, id, "written")
 		counter(keptTotalDesc, s[queue.StatKeptStale], q, id, "stale")
 		counter(keptTotalDesc, s[queue.StatKeptDropped], q, id, "dropped")

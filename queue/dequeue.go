@@ -147,6 +147,10 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		c.SetErr(redis.Nil)
 		return redis.Nil
 	}
+	if !h.giveBackStale(ctx, next) {
+		c.SetErr(redis.Nil) // refused: tried again at the next call
+		return redis.Nil
+	}
 	if h.handOut(c) {
 		if h.onTry != nil {
 			h.onTry(true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,16 +28,20 @@ import (
 // supervisor's owner-scoped requeue, as any task it held.
 //
 // It waits here only while asynq makes no dequeue call, or while the gate
-// is closed:
-//   - paused or backpressure (the worker takes no task): given back, to
-//     the front of pending in its order, by giveBackScript at the next
-//     dequeue call asynq makes (asynq keeps calling, every
+// is closed, and it is handed out only within prefetchFresh of its
+// dequeue; else it is given back, to the front of pending in its order, by
+// giveBackScript, which checks that it is still active under this process:
+//   - paused or backpressure (the worker takes no task): given back at the
+//     next dequeue call asynq makes (asynq keeps calling, every
 //     TaskCheckInterval);
-//   - Redis unreachable or refusing writes: kept, handed out once the gate
-//     opens (a give-back could not be written);
+//   - Redis unreachable or refusing writes: kept (a give-back could not be
+//     written); once the gate opens, given back if it waited past
+//     prefetchFresh: meanwhile this host may have lost its slots and
+//     another recovered the process's tasks, and a task taken ahead has
+//     not begun, so it must not begin now (it may run elsewhere);
 //   - the worker stopping: given back once asynq's shutdown returned
-//     (giveBackAll); one that cannot be is requeued by the supervisor
-//     after the process exits.
+//     (giveBackPrefetched); one that cannot be is requeued by the
+//     supervisor after the process exits.
 //
 // A give-back that got no reply may have run: its tasks are dropped from
 // here and from the held set, so that they are never handed out (another
@@ -46,10 +51,17 @@ import (
 // maxPrefetch bounds the tasks one dequeue takes.
 const maxPrefetch = 32
 
+// prefetchFresh is how long after its dequeue a task taken ahead may be
+// handed out. asynq asks again at once while it has free tokens (within
+// microseconds, or a scheduling delay on a loaded machine); a task waits
+// longer only while the gate was closed.
+const prefetchFresh = time.Second
+
 // prefetchedTask is one task a dequeue took for a later call of asynq's.
 type prefetchedTask struct {
 	msg any // the task message, as the script returned it
 	id  string
+	at  time.Time // its dequeue's reply
 }
 
 // prefetch holds the tasks taken ahead. Safe for concurrent use.
@@ -84,6 +96,14 @@ func (p *prefetch) take() []prefetchedTask {
 	ts := p.tasks
 	p.tasks = nil
 	return ts
+}
+
+// stale reports whether a task held was taken before cutoff (they were
+// all taken by one dequeue, the first is the oldest).
+func (p *prefetch) stale(cutoff time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.tasks) > 0 && p.tasks[0].at.Before(cutoff)
 }
 
 func (p *prefetch) len() int {
@@ -157,7 +177,8 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 	}
 	switch f := faultOf(err); {
 	case err == nil:
-		h.metrics.PrefetchGivenBack.Add(int64(len(ts)))
+		n, _ := cmd.Val().(int64) // those still this process's: the others were recovered meanwhile
+		h.metrics.PrefetchGivenBack.Add(n)
 	case f == faultRefused:
 		h.ahead.put(ts) // not run: the next call tries again
 		return
@@ -176,6 +197,18 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 		h.held.resolve(t.id)
 		h.takeCrashes(t.id)
 	}
+}
+
+// giveBackStale gives back the tasks taken ahead if they waited past
+// prefetchFresh, and reports whether none such is left (false: Redis
+// refused the give-back; no task may be taken until it is written).
+func (h *redisHook) giveBackStale(ctx context.Context, next redis.ProcessHook) bool {
+	if !h.ahead.stale(h.clock.Now().Add(-prefetchFresh)) {
+		return true
+	}
+	h.log.Info("tasks taken ahead waited past their freshness (the worker could not take tasks meanwhile): given back", "tasks", h.ahead.len())
+	h.giveBack(ctx, next, false)
+	return h.ahead.len() == 0
 }
 
 // handOut answers a dequeue call of asynq's from the prefetch, if it holds
@@ -208,19 +241,20 @@ func (w *worker) giveBackPrefetched() {
 // the others are kept. Every task is held from here on.
 func (h *redisHook) prefetched(res []any) (first any, ok bool) {
 	var ahead []prefetchedTask
+	now := h.clock.Now()
 	for i := 0; i+4 < len(res); i += 5 {
 		id, _ := res[i+1].(string)
 		var cr crashRecord
 		cr.all, _ = strconv.Atoi(asString(res[i+2]))
 		cr.solo, _ = strconv.Atoi(asString(res[i+3]))
 		token, _ := res[i+4].(int64)
-		h.held.dequeued(id, token, h.clock.Now())
+		h.held.dequeued(id, token, now)
 		h.putCrashes(id, cr)
 		if i == 0 {
 			first, ok = res[i], true
 			continue
 		}
-		ahead = append(ahead, prefetchedTask{msg: res[i], id: id})
+		ahead = append(ahead, prefetchedTask{msg: res[i], id: id, at: now})
 	}
 	if len(ahead) > 0 {
 		h.ahead.put(ahead)

@@ -31,7 +31,9 @@ type prefetchEnv struct {
 	dequeue func() (string, error) // one dequeue call as asynq makes it: the task id taken
 }
 
-func newPrefetchEnv(t *testing.T) *prefetchEnv {
+func newPrefetchEnv(t *testing.T) *prefetchEnv { return newPrefetchEnvClock(t, clock.Real{}) }
+
+func newPrefetchEnvClock(t *testing.T, clk clock.Clock) *prefetchEnv {
 	env := testredis.New(t)
 	q := testQueue(t, env, "pf")
 	keys := health.NewStore(env.Client, env.Prefix, 0).Keys()
@@ -49,7 +51,7 @@ func newPrefetchEnv(t *testing.T) *prefetchEnv {
 	logs := new(testlog.Buffer)
 	m := new(Metrics)
 	h := newRedisHook(keys, health.ComponentID{Queue: q, Slot: 0}, 4242, slog.New(slog.NewTextHandler(logs, nil)), m,
-		clock.Real{}, newLink(clock.Real{}), newKeptOutcomes("x", 0, m, slog.New(slog.NewTextHandler(logs, nil)), clock.Real{}),
+		clk, newLink(clk), newKeptOutcomes("x", 0, m, slog.New(slog.NewTextHandler(logs, nil)), clk),
 		&throttledLog{})
 	h.slots = 4
 	hooked.AddHook(h)
@@ -211,6 +213,49 @@ func TestPrefetchGiveBackFailures(t *testing.T) {
 	}
 	if p.h.link.isUp() {
 		t.Fatal("the link is still up after a give-back with no reply: no sweep would requeue its tasks")
+	}
+}
+
+// TestPrefetchStaleGivenBack: tasks taken ahead that waited past
+// prefetchFresh (Redis was away) are not handed out: meanwhile another
+// host may have recovered them, and one taken ahead has not begun, so it
+// must not begin here. Once Redis answers they are given back if still
+// this process's, and the dequeue goes to Redis.
+func TestPrefetchStaleGivenBack(t *testing.T) {
+	fake := clock.NewFake(time.Now())
+	p := newPrefetchEnvClock(t, fake)
+	if got, err := p.dequeue(); err != nil || got != "t1" {
+		t.Fatalf("dequeue: %q %v", got, err)
+	}
+	p.h.link.fire(evNoAnswer, errors.New("cut"))
+	if _, err := p.dequeue(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("dequeue with the link down: %v, want redis.Nil", err)
+	}
+	if n := p.h.ahead.len(); n != 3 {
+		t.Fatalf("%d taken ahead while Redis is away, want 3 kept", n)
+	}
+	// Meanwhile t2 was recovered and taken by another process.
+	p.rdb.HSet(context.Background(), asynqTaskPrefix(p.q)+"t2", ownerField, "worker:other:0:1")
+	fake.Advance(prefetchFresh + time.Millisecond)
+	p.h.link.fire(evProbeAnswered, nil)
+	p.h.link.fire(evSettled, nil)
+	if !p.h.link.isUp() {
+		t.Fatal("link not up")
+	}
+	got, err := p.dequeue()
+	if err != nil || got != "t3" {
+		t.Fatalf("dequeue after Redis is back: %q %v, want t3 (given back, then taken again)", got, err)
+	}
+	if n := p.m.PrefetchGivenBack.Load(); n != 2 {
+		t.Fatalf("given back %d, want 2 (t3, t4; t2 is another's)", n)
+	}
+	if p.field("t2", ownerField) != "worker:other:0:1" || p.h.held.holds("t2", fake.Now()) {
+		t.Fatal("t2, recovered meanwhile, was touched or is still held here")
+	}
+	for i, want := range []string{"t4", "t5"} {
+		if got, err := p.dequeue(); err != nil || got != want {
+			t.Fatalf("dequeue %d after: %q %v, want %s", i, got, err, want)
+		}
 	}
 }
 

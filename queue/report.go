@@ -38,6 +38,8 @@ const (
 	StatRedisSlowReplies   = "redis_slow_replies"
 	StatRefusedPrefix      = "redis_refused:"
 	StatStrandedRequeued   = "stranded_requeued"
+	StatPrefetched         = "prefetched"
+	StatPrefetchGivenBack  = "prefetch_given_back"
 	StatKept               = "kept_outcomes"
 	StatKeptWritten        = "kept_written"
 	StatKeptStale          = "kept_stale"
@@ -90,6 +92,8 @@ func (r *reporter) counts() map[string]int64 {
 		StatRedisUnreachable:   m.RedisUnreachable.Load(),
 		StatRedisSlowReplies:   m.RedisSlowReplies.Load(),
 		StatStrandedRequeued:   m.StrandedRequeued.Load(),
+		StatPrefetched:         m.Prefetched.Load(),
+		StatPrefetchGivenBack:  m.PrefetchGivenBack.Load(),
 		StatKeptWritten:        m.KeptWritten.Load(),
 		StatKeptStale:          m.KeptStale.Load(),
 		StatKeptDropped:        m.KeptDropped.Load(),
