@@ -161,22 +161,16 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	defer h.dq.RUnlock()
 	args := cmd.Args()
 	// asynq's: evalsha sha 4 pending paused active lease expiry prefix
-	sargs := []any{"evalsha", vigilDequeueScript.Hash(), 5}
+	sargs := []any{5}
 	sargs = append(sargs, args[3:7]...)
 	sargs = append(sargs, h.deadOwners)
 	sargs = append(sargs, args[7:]...)
 	sargs = append(sargs, ownerField, h.owner, h.jobPfx, health.JobCrashesSuffix, health.JobSoloCrashesSuffix, runField, h.want())
 	start := h.clock.Now()
-	run := redis.NewCmd(ctx, sargs...)
 	// Sent once: after a lost reply a dequeue sent again would take a
 	// second task (an outcome, outcome.go, is likewise sent once and kept
 	// rather than repeated blindly).
-	err := next(ctx, health.NoRetry{Cmd: run})
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		sargs[0], sargs[1] = "eval", vigilDequeueSource
-		run = redis.NewCmd(ctx, sargs...)
-		err = next(ctx, health.NoRetry{Cmd: run})
-	}
+	run, err := sendOnce(ctx, next, vigilDequeueScript, vigilDequeueSource, sargs)
 	if h.onTry != nil {
 		defer func() { h.onTry(c.Err() == nil) }()
 	}
@@ -208,6 +202,19 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	}
 	c.SetVal(first)
 	return nil
+}
+
+// sendOnce runs script (source src) with args (numkeys, keys…, argv…)
+// through send, once: by its SHA, and by its source if Redis does not
+// have it (after a restart or a failover).
+func sendOnce(ctx context.Context, send redis.ProcessHook, script *redis.Script, src string, args []any) (*redis.Cmd, error) {
+	cmd := redis.NewCmd(ctx, append([]any{"evalsha", script.Hash()}, args...)...)
+	err := send(ctx, health.NoRetry{Cmd: cmd})
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmd = redis.NewCmd(ctx, append([]any{"eval", src}, args...)...)
+		err = send(ctx, health.NoRetry{Cmd: cmd})
+	}
+	return cmd, err
 }
 
 func asString(v any) string {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/vigil-dev/vigil/health"
 )
 
 // Prefetch. asynq dequeues one task per round trip, from one goroutine,
@@ -158,20 +156,9 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 	for _, t := range ts {
 		argv = append(argv, t.id)
 	}
-	keys := []string{h.active, h.lease, h.pending}
-	args := []any{"evalsha", giveBackScript.Hash(), len(keys)}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	args = append(args, argv...)
+	args := append([]any{3, h.active, h.lease, h.pending}, argv...)
 	start := h.clock.Now()
-	cmd := redis.NewCmd(ctx, args...)
-	err := send(ctx, health.NoRetry{Cmd: cmd})
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", giveBackSource
-		cmd = redis.NewCmd(ctx, args...)
-		err = send(ctx, health.NoRetry{Cmd: cmd})
-	}
+	cmd, err := sendOnce(ctx, send, giveBackScript, giveBackSource, args)
 	if !observed {
 		h.observe("give back", start, err)
 	}
