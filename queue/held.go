@@ -12,6 +12,8 @@ import (
 //	running  --middleware returned--> returned
 //	running, returned --outcome answered or kept--> (none)
 //	running  --handler stuck-->       stuck (to the process's end)
+//	running  --give-back unanswered--> returning (prefetch.go)
+//	returning --stranded-task sweep done--> (none)
 //
 // A task active in Redis under this process's owner field that is neither
 // held nor kept (kept.go) runs nowhere: it is stranded (a dequeue whose
@@ -23,6 +25,12 @@ const (
 	holdRunning          // dequeued: asynq runs it, or is about to hand it to the middleware
 	holdReturned         // the middleware returned: asynq is writing its outcome
 	holdStuck            // its handler is stuck (stuckGrace): held until the process ends
+	// holdReturning: taken ahead, never handed out, and its give-back got
+	// no reply (it may have run). Not run here: the stranded-task sweep
+	// requeues it if it is still this process's (snapshot leaves it out);
+	// asynq's lease recovery must leave it (holds says yes: its owner
+	// lives and puts it back).
+	holdReturning
 )
 
 // returnedGrace is how long a returned task is still taken as held. asynq
@@ -70,6 +78,29 @@ func (h *holdings) stick(id string, now time.Time) {
 	}
 }
 
+// returning marks tasks taken ahead whose give-back got no reply.
+func (h *holdings) returning(ids []string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if e, ok := h.m[id]; ok {
+			h.m[id] = held{holdReturning, now, e.run}
+		}
+	}
+}
+
+// swept forgets the returning tasks: a stranded-task sweep that left them
+// out of the held list has put back those still this process's.
+func (h *holdings) swept(ids []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if h.m[id].state == holdReturning {
+			delete(h.m, id)
+		}
+	}
+}
+
 // runOf is the run token of the held task id (0: not held, or unknown).
 func (h *holdings) runOf(id string) int64 {
 	h.mu.Lock()
@@ -100,17 +131,21 @@ func (h *holdings) holds(id string, now time.Time) bool {
 }
 
 // snapshot lists the tasks held at now, forgetting returned ones past their
-// grace.
-func (h *holdings) snapshot(now time.Time) []string {
+// grace, and, apart, the returning ones (held for no one to run: the
+// stranded-task sweep is to put them back).
+func (h *holdings) snapshot(now time.Time) (ids, returning []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.m))
+	ids = make([]string, 0, len(h.m))
 	for id, e := range h.m {
-		if e.state == holdReturned && now.Sub(e.at) >= returnedGrace {
+		switch {
+		case e.state == holdReturning:
+			returning = append(returning, id)
+		case e.state == holdReturned && now.Sub(e.at) >= returnedGrace:
 			delete(h.m, id)
-			continue
+		default:
+			ids = append(ids, id)
 		}
-		out = append(out, id)
 	}
-	return out
+	return ids, returning
 }

@@ -59,7 +59,7 @@ const prefetchFresh = time.Second
 type prefetchedTask struct {
 	msg any // the task message, as the script returned it
 	id  string
-	at  time.Time // its dequeue's reply
+	at  time.Time // when its dequeue was sent
 }
 
 // prefetch holds the tasks taken ahead. Safe for concurrent use.
@@ -148,6 +148,12 @@ return n`
 // next call; with no reply they are dropped (the link goes down, and the
 // stranded-task sweep requeues them).
 func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observed bool) {
+	// The stranded-task sweep must not run between the give-back going
+	// unanswered (the link goes down, and Redis may answer the probe at
+	// once) and its tasks being marked returning: it would take them
+	// for held, and no later sweep would come.
+	h.dq.RLock()
+	defer h.dq.RUnlock()
 	ts := h.ahead.take()
 	if len(ts) == 0 {
 		return
@@ -172,13 +178,21 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 	default:
 		// It may have run: the tasks may be pending again, taken by
 		// another worker already, so they are never handed out here.
-		// Those it did not put back are active under this process and
-		// held by no one: stranded, requeued by the sweep once the link
-		// has been down and Redis answers again.
-		h.log.Warn("prefetched tasks' give-back failed: requeued as stranded once redis answers", "tasks", len(ts), "err", err)
+		// Those it did not put back are active under this process, run
+		// by no one: the sweep requeues them once the link has been down
+		// and Redis answers again (returning: asynq's lease recovery
+		// leaves them meanwhile).
+		ids := make([]string, len(ts))
+		for i, t := range ts {
+			ids[i] = t.id
+			h.takeCrashes(t.id)
+		}
+		h.held.returning(ids, h.clock.Now())
 		if f != faultNoAnswer { // observe fired it for no reply
 			h.link.fire(evNoAnswer, err)
 		}
+		h.log.Warn("prefetched tasks' give-back failed: requeued as stranded once redis answers", "tasks", len(ts), "err", err)
+		return
 	}
 	for _, t := range ts {
 		h.held.resolve(t.id)
@@ -214,7 +228,7 @@ func (h *redisHook) handOut(c *redis.Cmd) bool {
 // What it cannot give back is requeued by the supervisor once the process
 // is gone.
 func (w *worker) giveBackPrefetched() {
-	if w.hook.ahead.len() == 0 {
+	if w.hook.ahead.len() == 0 || !w.link.isUp() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
@@ -226,7 +240,10 @@ func (w *worker) giveBackPrefetched() {
 
 // prefetched parses the dequeue script's reply: the first task is asynq's,
 // the others are kept. Every task is held from here on.
-func (h *redisHook) prefetched(res []any) (first any, ok bool) {
+//
+// sent is when the dequeue was sent: a task's freshness counts from then (a
+// reply held in transit does not make it younger).
+func (h *redisHook) prefetched(res []any, sent time.Time) (first any, ok bool) {
 	var ahead []prefetchedTask
 	now := h.clock.Now()
 	for i := 0; i+4 < len(res); i += 5 {
@@ -241,7 +258,7 @@ func (h *redisHook) prefetched(res []any) (first any, ok bool) {
 			first, ok = res[i], true
 			continue
 		}
-		ahead = append(ahead, prefetchedTask{msg: res[i], id: id, at: now})
+		ahead = append(ahead, prefetchedTask{msg: res[i], id: id, at: sent})
 	}
 	if len(ahead) > 0 {
 		h.ahead.put(ahead)

@@ -175,8 +175,10 @@ func TestPrefetch(t *testing.T) {
 // TestPrefetchGiveBackFailures: a give-back Redis refuses keeps the tasks
 // prefetched (it did not run; the next call tries again, or hands them
 // out), one that gets no reply drops them (it may have run: they may be
-// pending, even running elsewhere, already) and takes the link down, so
-// that the stranded-task sweep requeues those it did not put back.
+// pending, even running elsewhere, already) and takes the link down; they
+// are then returning: left out of the stranded-task sweep's held list (it
+// requeues those still this process's), and still taken for held by
+// asynq's lease recovery (their owner lives), until a sweep is done.
 func TestPrefetchGiveBackFailures(t *testing.T) {
 	p := newPrefetchEnv(t)
 	if got, err := p.dequeue(); err != nil || got != "t1" {
@@ -203,16 +205,23 @@ func TestPrefetchGiveBackFailures(t *testing.T) {
 	if n := p.h.ahead.len(); n != 0 {
 		t.Fatalf("after a give-back with no reply %d prefetched, want none", n)
 	}
-	for _, id := range []string{"t2", "t3", "t4"} {
-		if p.h.held.holds(id, time.Now()) {
-			t.Fatalf("%s still held after a give-back with no reply: the stranded-task sweep would leave it active", id)
-		}
+	held, returning := p.h.held.snapshot(time.Now())
+	slices.Sort(returning)
+	if !slices.Equal(held, []string{"t1"}) || !slices.Equal(returning, []string{"t2", "t3", "t4"}) {
+		t.Fatalf("after a give-back with no reply: held %v, returning %v; want [t1] (handed to asynq) and [t2 t3 t4]", held, returning)
 	}
-	if !p.h.held.holds("t1", time.Now()) {
-		t.Fatal("t1, handed to asynq, no longer held")
+	for _, id := range []string{"t2", "t3", "t4"} {
+		if !p.h.held.holds(id, time.Now()) {
+			t.Fatalf("%s returning but not held for asynq's lease recovery: it would retry it as a failed attempt", id)
+		}
 	}
 	if p.h.link.isUp() {
 		t.Fatal("the link is still up after a give-back with no reply: no sweep would requeue its tasks")
+	}
+	p.h.held.swept(returning)
+	if held, returning := p.h.held.snapshot(time.Now()); !slices.Equal(held, []string{"t1"}) || len(returning) != 0 ||
+		p.h.held.holds("t3", time.Now()) {
+		t.Fatalf("after the sweep: held %v, returning %v; want [t1] and none", held, returning)
 	}
 }
 
@@ -259,6 +268,41 @@ func TestPrefetchStaleGivenBack(t *testing.T) {
 	}
 }
 
+// TestPrefetchGateOrder: paused while Redis is away, the tasks taken
+// ahead are kept (a give-back could not be written; sending it would only
+// wait for a timeout); once Redis answers, the pause gives them back. A
+// stopping worker refuses asynq's last calls and gives back too.
+func TestPrefetchGateOrder(t *testing.T) {
+	p := newPrefetchEnv(t)
+	if got, err := p.dequeue(); err != nil || got != "t1" {
+		t.Fatalf("dequeue: %q %v", got, err)
+	}
+	p.h.paused.Store(true)
+	p.h.link.fire(evNoAnswer, errors.New("cut"))
+	if _, err := p.dequeue(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("dequeue paused, Redis away: %v, want redis.Nil", err)
+	}
+	if n := p.h.ahead.len(); n != 3 || p.m.PrefetchGivenBack.Load() != 0 {
+		t.Fatalf("paused with Redis away: %d taken ahead, %d given back; want 3 kept", n, p.m.PrefetchGivenBack.Load())
+	}
+	p.h.link.fire(evProbeAnswered, nil)
+	p.h.link.fire(evSettled, nil)
+	if _, err := p.dequeue(); !errors.Is(err, redis.Nil) || p.m.PrefetchGivenBack.Load() != 3 {
+		t.Fatalf("paused, Redis back: %v, %d given back; want redis.Nil and 3", err, p.m.PrefetchGivenBack.Load())
+	}
+	p.h.paused.Store(false)
+	if got, err := p.dequeue(); err != nil || got != "t2" {
+		t.Fatalf("dequeue resumed: %q %v, want t2", got, err)
+	}
+	p.h.stopping.Store(true)
+	if _, err := p.dequeue(); !errors.Is(err, redis.Nil) || p.h.ahead.len() != 0 || p.m.PrefetchGivenBack.Load() != 5 {
+		t.Fatalf("stopping: %v, %d taken ahead, %d given back; want redis.Nil, 0, 5", err, p.h.ahead.len(), p.m.PrefetchGivenBack.Load())
+	}
+	if pend := p.list(asynqPendingKey(p.q)); !slices.Equal(pend, []string{"t6", "t5", "t4", "t3"}) {
+		t.Fatalf("pending %v after the stop, want [t6 t5 t4 t3]", pend)
+	}
+}
+
 // proto is an error reply of Redis's.
 type proto string
 
@@ -272,7 +316,7 @@ func TestPrefetchGivenBackAtStop(t *testing.T) {
 	if got, err := p.dequeue(); err != nil || got != "t1" {
 		t.Fatalf("dequeue: %q %v", got, err)
 	}
-	w := &worker{hook: p.h, rdb: p.hooked}
+	w := &worker{hook: p.h, rdb: p.hooked, link: p.h.link}
 	w.giveBackPrefetched()
 	if pend := p.list(asynqPendingKey(p.q)); !slices.Equal(pend, []string{"t6", "t5", "t4", "t3", "t2"}) {
 		t.Fatalf("pending %v after the stop, want [t6 t5 t4 t3 t2]", pend)

@@ -173,13 +173,17 @@ func (w *worker) requeueStranded(ctx context.Context) (int, error) {
 	w.hook.dq.Lock()
 	now := w.clock.Now()
 	argv := []any{asynqTaskPrefix(w.q), ownerField, w.hook.owner, now.UnixNano()}
-	for _, id := range w.hook.held.snapshot(now) {
+	held, returning := w.hook.held.snapshot(now)
+	for _, id := range held {
 		argv = append(argv, id)
 	}
 	for _, id := range w.kept.ids() {
 		argv = append(argv, id)
 	}
 	ids, err := strandedScript.Run(ctx, w.rdb, []string{asynqActiveKey(w.q), asynqLeaseKey(w.q), asynqPendingKey(w.q)}, argv...).StringSlice()
+	if err == nil {
+		w.hook.held.swept(returning)
+	}
 	w.hook.dq.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("requeue stranded tasks of %s: %w", w.hook.owner, err)
