@@ -178,6 +178,11 @@ func (w *world) jobAction(s Step) (string, error) {
 			w.jobs.mu.Unlock()
 		}
 	case OpJobCancel:
+		w.jobs.mu.Lock()
+		if j := w.jobs.byID[t.ID]; j != nil {
+			j.cancelled = true // before the cancel: its effect may be judged at once
+		}
+		w.jobs.mu.Unlock()
 		err = w.insp.CancelProcessing(t.ID)
 	}
 	return desc, err

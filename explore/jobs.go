@@ -30,7 +30,8 @@ type jobRec struct {
 	maxRetry       int
 	at             time.Time
 	deleted        bool
-	retriedAtRuns  int // runs the ledger showed when an operator retried it (-1: never)
+	cancelled      bool // an operator cancelled it while it was active
+	retriedAtRuns  int  // runs the ledger showed when an operator retried it (-1: never)
 	// retriedAtCrashes is how many crashes had been injected into its
 	// pool's processes when an operator retried it.
 	retriedAtCrashes int
@@ -232,6 +233,11 @@ type JobStats struct {
 	// worker crash injected while it was in flight, before the handler's
 	// first ledger write.
 	ToxicUnseen int
+	// CancelledUnrun: archived "context canceled" with no handler run in
+	// the ledger, after an operator cancelled it while active: the cancel
+	// came between its dequeue and its handler's start (the handler
+	// waits for its running record; seed 297380).
+	CancelledUnrun int
 }
 
 // awaitingLease reports whether j is left to asynq's lease recovery: the
@@ -457,6 +463,8 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			// toxic neighbour's crash: that one counts against a task only
 			// while both are in flight, never alone (finding E12).
 			st.ToxicUnseen++
+		case runs == 0 && j.cancelled && strings.Contains(lastErr, "context canceled"):
+			st.CancelledUnrun++
 		case runs == 0:
 			w.violate(7, "%s archived without having run", what)
 		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns && strings.HasPrefix(lastErr, "toxic") &&

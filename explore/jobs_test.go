@@ -357,3 +357,50 @@ func newJobsWorld(t *testing.T) (*miniredis.Miniredis, *redis.Client, *world, *a
 	t.Cleanup(func() { _ = c.Close(); _ = w.insp.Close() })
 	return m, rdb, w, c
 }
+
+// Seed 297380: an operator cancelled an active hang job between its dequeue
+// and its handler's start (the handler waits for its running record); asynq
+// archived it "context canceled" with no run in the ledger. That is the
+// cancel's effect, not a lost job; the same archive without a cancel is
+// still a violation.
+func TestJudgeCancelledBeforeItsHandler(t *testing.T) {
+	_, _, w, c := newJobsWorld(t)
+	if _, err := c.Enqueue(asynq.NewTask("hang", nil), asynq.Queue("b"), asynq.TaskID("j1"), asynq.MaxRetry(0)); err != nil {
+		t.Fatal(err)
+	}
+	srv := asynq.NewServerFromRedisClient(w.rdb, asynq.Config{Concurrency: 1, Queues: map[string]int{"b": 1},
+		TaskCheckInterval: 10 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	// What the worker's middleware returns when the cancel came first.
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return context.Canceled })); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := w.insp.GetTaskInfo("b", "j1")
+		if err == nil && info.State == asynq.TaskStateArchived {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("j1 not archived in 10 s: %v %v", info, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polls asynq's state, which has no signal to wait on
+	}
+	srv.Shutdown()
+	judge := func(cancelled bool) (JobStats, []Violation) {
+		w.v = &verdict{}
+		w.jobs = newJobBook()
+		w.jobs.byID["j1"] = &jobRec{id: "j1", queue: "b", typ: "hang", at: time.Now(), retriedAtRuns: -1, cancelled: cancelled}
+		w.jobs.order = []string{"j1"}
+		st, err := w.judgeJobs(w.readLedger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, w.v.all()
+	}
+	if _, vs := judge(false); len(vs) != 1 || vs[0].Invariant != 7 || !strings.Contains(vs[0].Evidence, "without having run") {
+		t.Fatalf("archived unrun with no cancel: violations %v, want invariant 7", vs)
+	}
+	if st, vs := judge(true); len(vs) != 0 || st.CancelledUnrun != 1 {
+		t.Fatalf("archived unrun after a cancel: violations %v, cancelled-unrun %d; want none and 1", vs, st.CancelledUnrun)
+	}
+}

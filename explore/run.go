@@ -209,6 +209,7 @@ func (s *Summary) Add(r Result) {
 	s.Jobs.Unrecorded += r.Jobs.Unrecorded
 	s.Jobs.AwaitingLease += r.Jobs.AwaitingLease
 	s.Jobs.ToxicUnseen += r.Jobs.ToxicUnseen
+	s.Jobs.CancelledUnrun += r.Jobs.CancelledUnrun
 	s.Ticks.Fired += r.Ticks.Fired
 	s.Ticks.Twice += r.Ticks.Twice
 	s.Ticks.Gaps += r.Ticks.Gaps
@@ -247,7 +248,7 @@ func (s Summary) String() string {
 	for _, p := range s.Phases {
 		phases = append(phases, fmt.Sprintf("%s %.2fs", p.Name, p.Took.Seconds()/float64(max(1, s.Seeds))))
 	}
-	return fmt.Sprintf("seeds %d (%s; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nmean phases of a seed: %s\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d archived toxic before their handler wrote a line\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
+	return fmt.Sprintf("seeds %d (%s; %d on an overloaded machine), failed %d %v, inconclusive (failed only when overloaded) %v\nmean phases of a seed: %s\nfaults injected: %s\njobs: %d enqueued (%d refused by Redis), %d completed, %d archived, %d deleted, %d lost with Redis's data, %d run twice (at least once), %d done but still active in asynq, %d left to asynq's lease recovery, %d archived toxic before their handler wrote a line, %d cancelled before their handler began\nschedule: %d ticks enqueued, %d twice, %d missing\nfailing seeds: %v",
 		s.Seeds, strings.Join(on, ", "), s.Overloaded, s.Failed, inv, s.Inconclusive, strings.Join(phases, ", "), strings.Join(kinds, ", "), s.Jobs.Enqueued, s.Jobs.Refused, s.Jobs.Completed, s.Jobs.Archived,
-		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ToxicUnseen, s.Ticks.Fired, s.Ticks.Twice, s.Ticks.Gaps, s.FailedSeeds)
+		s.Jobs.Deleted, s.Jobs.LostToDataLoss, s.Jobs.Duplicates, s.Jobs.Unrecorded, s.Jobs.AwaitingLease, s.Jobs.ToxicUnseen, s.Jobs.CancelledUnrun, s.Ticks.Fired, s.Ticks.Twice, s.Ticks.Gaps, s.FailedSeeds)
 }
