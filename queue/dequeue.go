@@ -113,8 +113,6 @@ const refusedPause = time.Second
 // it is not.
 func (h *redisHook) gateClosed() string {
 	switch {
-	case h.stopping.Load():
-		return "worker stopping"
 	case h.paused.Load():
 		return "worker paused"
 	case h.closed.Load():
@@ -139,12 +137,10 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		return next(ctx, cmd)
 	}
 	if why := h.gateClosed(); why != "" {
-		if why == "worker stopping" || why == "backpressure" || why == "worker paused" {
+		if why == "backpressure" || why == "worker paused" {
 			if h.link.isUp() && h.clock.Now().UnixNano() >= h.refusedUntil.Load() {
 				h.giveBack(ctx, next, false) // the worker takes no task: nor what it took ahead
 			}
-		}
-		if why == "backpressure" || why == "worker paused" {
 			h.metrics.DequeueSkips.Add(1)
 			if h.onSkip != nil {
 				h.onSkip()

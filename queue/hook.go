@@ -64,7 +64,6 @@ type redisHook struct {
 	onTry    func(got bool)       // tests: called after each dequeue
 	closed   atomic.Bool          // backpressure: refuse dequeues
 	paused   atomic.Bool          // an operator paused this worker: refuse dequeues
-	stopping atomic.Bool          // the worker stops: refuse dequeues (asynq may ask until its shutdown)
 	warnOnce sync.Once
 
 	// dq is held (read) by every dequeue for its whole call, and (write) by

@@ -39,7 +39,12 @@ import (
 //     not begun, so it must not begin now (it may run elsewhere);
 //   - the worker stopping: given back once asynq's shutdown returned
 //     (giveBackPrefetched); one that cannot be is requeued by the
-//     supervisor after the process exits.
+//     supervisor after the process exits. Not sooner: a dequeue refused
+//     during the stop would make asynq's processor sleep its
+//     TaskCheckInterval holding a token, and its shutdown wait for that
+//     (up to 1.5 s by default), where it would have taken the task; the
+//     tasks taken ahead wait at most the shutdown timeout, active and
+//     owned.
 //
 // A give-back that got no reply may have run: its tasks are dropped from
 // here and from the held set, so that they are never handed out (another

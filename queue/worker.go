@@ -336,7 +336,6 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 		w.log.Error("stopping: exiting so that the supervisor starts a fresh process and requeues the stuck task (counted as a crash)", "err", runErr)
 	}
 	w.shuttingDown.Store(true)
-	w.hook.stopping.Store(true)
 	w.log.Info("worker stopping", "shutdown_timeout", w.env.ShutdownTimeout)
 	// The shutdown is bounded whatever Redis does (finding E10): a Redis
 	// that holds its replies (paused) or refuses connections would keep
