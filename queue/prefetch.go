@@ -47,9 +47,10 @@ import (
 //     owned.
 //
 // A give-back that got no reply may have run: its tasks are dropped from
-// here and from the held set, so that they are never handed out (another
-// worker may already run them), and the link goes down; once Redis answers
-// the stranded-task sweep puts back those still active under this process.
+// here, so that they are never handed out (another worker may already run
+// them), and marked returning in the held set (held.go), and the link goes
+// down; once Redis answers, the stranded-task sweep puts back those still
+// active under this process (asynq's lease recovery leaves them meanwhile).
 
 // maxPrefetch bounds the tasks one dequeue takes.
 const maxPrefetch = 32
