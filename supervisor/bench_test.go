@@ -54,6 +54,51 @@ func BenchmarkKillToCrashed(b *testing.B) {
 	reportPercentiles(b, lat)
 }
 
+// BenchmarkKillToReap is BenchmarkKillToCrashed's floor on this machine:
+// SIGKILL of the same child (the test worker beating, as the supervisor
+// starts it) → its parent's Wait returns, with no supervisor and no Redis
+// write between. What BenchmarkKillToCrashed adds to it is Vigil's.
+func BenchmarkKillToReap(b *testing.B) {
+	env := testredis.NewReal(b)
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		cmd := exec.Command(testWorker, "beat")
+		// A slot of its own each time: the last one's heartbeat key is
+		// still there, and a worker that finds another pid's refuses to
+		// start (health.ErrStale).
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.Env = append(os.Environ(), health.EnvRedisURL+"="+env.URL, health.EnvPrefix+"="+env.Prefix,
+			health.EnvComponent+"=worker:reap:"+strconv.Itoa(i%health.MaxSlot), health.EnvHeartbeatInterval+"=1s", health.EnvHeartbeatTTL+"=10s")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		// Up and beating, as a healthy worker is when the supervisor's
+		// benchmark kills it.
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if !strings.HasPrefix(line, "ready") {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			b.Fatalf("test worker did not start: %q, %v; stderr: %s", line, err, stderr.Bytes())
+		}
+		b.StartTimer()
+		start := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			b.Fatal(err)
+		}
+		_ = cmd.Wait() // "signal: killed"
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+}
+
 // BenchmarkHangDetection measures how long after its heartbeat key should
 // expire a hung (SIGSTOPped) worker is recorded crashed, at TTL 2s with
 // 1,000 other live heartbeat keys refreshed meanwhile.
