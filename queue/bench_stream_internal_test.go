@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,21 +28,7 @@ func BenchmarkEventStreamCeiling(b *testing.B) {
 	env := testredis.NewReal(b)
 	store := health.NewStore(env.Client, env.Prefix, 0)
 	ctx := context.Background()
-	cpu := func() float64 {
-		info, err := env.Client.Info(ctx, "cpu").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		var t float64
-		for _, l := range strings.Split(info, "\n") {
-			k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
-			if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-				f, _ := strconv.ParseFloat(v, 64)
-				t += f
-			}
-		}
-		return t
-	}
+	cpu := func() float64 { return testredis.ServerCPU(b, env.Client) }
 	const conns, batch = 8, 16
 	jobs := max(b.N, conns*batch)
 	var added0 int64

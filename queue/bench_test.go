@@ -3,16 +3,22 @@ package queue_test
 import (
 	"context"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/vigil-dev/vigil/internal/testredis"
 )
 
 // BenchmarkThroughput processes b.N no-op tasks with 8 handlers at once,
 // through a bare asynq server and through RunWorker (the middleware, the
-// dequeue hook and the heartbeater), and reports jobs/s. Run it against a
-// real Redis:
+// dequeue hook and the heartbeater), and reports jobs/s, and the CPU each
+// job cost this process (proc-cpu-us/job: the worker and asynq) and, on a
+// real Redis, the server (redis-cpu-us/job): on a 2-core machine the two
+// share the cores, so what a job costs in CPU is what bounds the rate.
+// Run it against a real Redis:
 //
 //	VIGIL_TEST_REDIS_URL=redis://127.0.0.1:6379/0 go test -run '^$' -bench Throughput -benchtime 5000x ./queue/
 func BenchmarkThroughput(b *testing.B) {
@@ -35,7 +41,7 @@ func BenchmarkThroughput(b *testing.B) {
 				return nil
 			})
 			b.ResetTimer()
-			start := time.Now()
+			start, proc0, redis0 := time.Now(), procCPU(b), serverCPU(b, e)
 			switch mode {
 			case "asynq":
 				srv := asynq.NewServerFromRedisClient(e.Client, asynq.Config{Concurrency: concurrency,
@@ -61,8 +67,32 @@ func BenchmarkThroughput(b *testing.B) {
 				b.Fatalf("%d of %d tasks in 5 minutes", n.Load(), b.N)
 			}
 			elapsed := time.Since(start)
+			proc, redis := procCPU(b)-proc0, serverCPU(b, e)-redis0
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+			b.ReportMetric(proc*1e6/float64(b.N), "proc-cpu-us/job")
+			if e.Mini == nil {
+				b.ReportMetric(redis*1e6/float64(b.N), "redis-cpu-us/job")
+			}
 		})
 	}
+}
+
+// procCPU is the CPU this process has used so far, user and system, in
+// seconds.
+func procCPU(tb testing.TB) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// serverCPU is testredis.ServerCPU of e's Redis; 0 on miniredis (it runs
+// in this process: its CPU is procCPU's).
+func serverCPU(tb testing.TB, e *qenv) float64 {
+	if e.Mini != nil {
+		return 0
+	}
+	return testredis.ServerCPU(tb, e.Client)
 }

@@ -52,8 +52,9 @@ type redisHook struct {
 	clock      clock.Clock
 	link       *link
 	held       holdings
-	ahead      prefetch // tasks a dequeue took for asynq's next calls (prefetch.go)
-	slots      int      // asynq's concurrency
+	ahead      prefetch     // tasks a dequeue took for asynq's next calls (prefetch.go)
+	slots      int          // asynq's concurrency
+	cycle      atomic.Int64 // mean time a handler slot takes per task, ns (0: none seen yet; see beyond)
 	kept       *keptOutcomes
 	throttle   *throttledLog
 	records    func(context.Context, []health.ComponentID) ([]health.Component, error)

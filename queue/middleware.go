@@ -34,9 +34,14 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 	defer w.metrics.InflightJobs.Add(-1)
 
 	id, _ := asynq.GetTaskID(ctx)
+	entered := w.clock.Now()
 	// asynq writes the outcome once this returns: until it has, the task
 	// is not stranded (see holdings).
-	defer func() { w.hook.held.returned(id, w.clock.Now()) }()
+	defer func() {
+		now := w.clock.Now()
+		w.hook.held.returned(id, now)
+		w.hook.ran(now.Sub(entered)) // how many tasks the next dequeue takes (prefetch.go)
+	}()
 	hr, ok := w.runs.enter(id)
 	if !ok {
 		return context.Canceled // handed back by asynq's shutdown before it got here
@@ -436,7 +441,9 @@ func (w *worker) flushAverage() {
 	}})
 }
 
-// averages flushes the rolling average every avgFlushInterval until ctx ends.
+// averages flushes the rolling average, and gives back the tasks taken
+// ahead that waited too long for a handler slot (giveBackIdle), every
+// avgFlushInterval until ctx ends.
 func (w *worker) averages(ctx context.Context) {
 	t := time.NewTicker(avgFlushInterval)
 	defer t.Stop()
@@ -446,6 +453,7 @@ func (w *worker) averages(ctx context.Context) {
 			return
 		case <-t.C:
 			w.flushAverage()
+			w.giveBackIdle()
 		}
 	}
 }

@@ -18,6 +18,15 @@ import (
 // next calls asynq makes (it makes them at once while it has free tokens)
 // are answered from here without asking Redis.
 //
+// A worker whose tasks are short takes more: as many past its free slots
+// as its slots get through in aheadBudget at the mean time a slot takes
+// per task (beyond), at most aheadRounds rounds of them. With free slots
+// alone a worker whose slots free one at a time takes one task per round
+// trip again; past them, a task waits here about aheadBudget at most for
+// a slot, where it would otherwise wait in pending for the next dequeue.
+// A worker whose tasks take longer than aheadBudget per slot takes none
+// past its slots, and one that has finished no task yet neither.
+//
 // A prefetched task is as a dequeued one in every respect that recovery
 // sees: active in asynq with a lease, the owner field naming this process,
 // its run token taken, held (held.go; the stranded-task sweep leaves it),
@@ -25,10 +34,15 @@ import (
 // nothing against it). The process's death puts it back through the
 // supervisor's owner-scoped requeue, as any task it held.
 //
-// It waits here only while asynq makes no dequeue call, or while the gate
-// is closed, and it is handed out only within prefetchFresh of its
-// dequeue; else it is given back, to the front of pending in its order, by
-// giveBackScript, which checks that it is still active under this process:
+// It waits here while asynq makes no dequeue call (every slot busy: a task
+// taken past the free slots, or a task taken during the stop), or while
+// the gate is closed, and it is handed out only within prefetchFresh of
+// its dequeue; else it is given back, to the front of pending in its
+// order, by giveBackScript, which checks that it is still active under
+// this process:
+//   - every slot busy past prefetchFresh (tasks longer than the mean said):
+//     given back by the worker's idle check, every second (giveBackIdle),
+//     or at the next call asynq makes, whichever is first;
 //   - paused or backpressure (the worker takes no task): given back at the
 //     next dequeue call asynq makes (asynq keeps calling, every
 //     TaskCheckInterval);
@@ -116,10 +130,52 @@ func (p *prefetch) len() int {
 	return len(p.tasks)
 }
 
+// aheadBudget bounds how long a task taken past the free handler slots
+// waits here for one, as the mean time a slot takes per task predicts:
+// short beside the next dequeue round trip it saves under load, and far
+// below prefetchFresh.
+const aheadBudget = 5 * time.Millisecond
+
+// aheadRounds bounds the tasks taken past the free slots, in rounds of
+// the concurrency.
+const aheadRounds = 3
+
 // want is how many tasks the next dequeue from Redis should take: one per
-// handler slot that no held task fills (asynq's call holds one of them).
+// handler slot that no held task fills (asynq's call holds one of them),
+// and beyond() more.
 func (h *redisHook) want() int {
-	return max(1, min(maxPrefetch, h.slots-h.held.count()))
+	return max(1, min(maxPrefetch, h.slots+h.beyond()-h.held.count()))
+}
+
+// beyond is how many tasks to take past the free handler slots: as many as
+// the slots get through in aheadBudget at the mean time a slot takes per
+// task (the k-th past them waits about k/slots of that), at most
+// aheadRounds×slots; none until a task has been timed.
+func (h *redisHook) beyond() int {
+	c := h.cycle.Load()
+	if c <= 0 {
+		return 0
+	}
+	return int(min(int64(aheadRounds*h.slots), int64(h.slots)*int64(aheadBudget)/c))
+}
+
+// ran folds how long a handler slot took for one task (the middleware's
+// whole call) into the mean beyond uses: an exponential moving average,
+// weight 1/8. A zero (a clock that did not move) is no sample.
+func (h *redisHook) ran(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	for {
+		old := h.cycle.Load()
+		v := int64(d)
+		if old > 0 {
+			v = old + (int64(d)-old)/8
+		}
+		if h.cycle.CompareAndSwap(old, max(v, 1)) {
+			return
+		}
+	}
 }
 
 // giveBackScript puts tasks a dequeue took ahead back at the front of
@@ -218,6 +274,21 @@ func (h *redisHook) giveBackStale(ctx context.Context, next redis.ProcessHook) b
 	return h.ahead.len() == 0
 }
 
+// giveBackIdle gives back the tasks taken ahead that waited past
+// prefetchFresh while asynq made no dequeue call (every handler slot busy,
+// with tasks longer than the mean promised), through send, the client
+// itself. The worker calls it every second; the next dequeue call does the
+// same (giveBackStale). Not while Redis is away or refusing: the tasks are
+// active and owned meanwhile, and given back once it answers.
+func (h *redisHook) giveBackIdle(ctx context.Context, send redis.ProcessHook) {
+	if !h.ahead.stale(h.clock.Now().Add(-prefetchFresh)) || !h.link.isUp() ||
+		h.clock.Now().UnixNano() < h.refusedUntil.Load() {
+		return
+	}
+	h.log.Info("tasks taken ahead waited past their freshness for a free handler slot: given back", "tasks", h.ahead.len())
+	h.giveBack(ctx, send, true)
+}
+
 // handOut answers a dequeue call of asynq's from the prefetch, if it holds
 // a task.
 func (h *redisHook) handOut(c *redis.Cmd) bool {
@@ -239,9 +310,20 @@ func (w *worker) giveBackPrefetched() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	w.hook.giveBack(ctx, func(ctx context.Context, cmd redis.Cmder) error {
-		return w.rdb.Process(ctx, cmd) // through the hook, which observes it
-	}, true)
+	w.hook.giveBack(ctx, w.throughHook, true)
+}
+
+// throughHook sends cmd through this worker's client, and so through the
+// hook, which observes it.
+func (w *worker) throughHook(ctx context.Context, cmd redis.Cmder) error {
+	return w.rdb.Process(ctx, cmd)
+}
+
+// giveBackIdle is the hook's giveBackIdle through this worker's client.
+func (w *worker) giveBackIdle() {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	w.hook.giveBackIdle(ctx, w.throughHook)
 }
 
 // prefetched parses the dequeue script's reply: the first task is asynq's,

@@ -323,3 +323,94 @@ func TestPrefetchGivenBackAtStop(t *testing.T) {
 		t.Fatalf("active %v, want [t1]", act)
 	}
 }
+
+// TestPrefetchBeyondFreeSlots: a worker that has timed no task takes one
+// per free slot; one whose slots take 100 µs per task takes aheadRounds
+// rounds more (the 5 ms budget would allow 200), within maxPrefetch; one
+// whose slots take 2 ms takes 10 more (4 slots × 5 ms / 2 ms); one whose
+// tasks take 50 ms takes none past its slots. A clock that did not move
+// is no sample.
+func TestPrefetchBeyondFreeSlots(t *testing.T) {
+	p := newPrefetchEnv(t)
+	h := p.h
+	if n := h.want(); n != 4 {
+		t.Fatalf("want with nothing timed: %d, want 4 (the free slots)", n)
+	}
+	h.ran(0)
+	if n := h.want(); n != 4 {
+		t.Fatalf("want after a zero sample: %d, want 4", n)
+	}
+	h.ran(100 * time.Microsecond)
+	if n := h.want(); n != 4+aheadRounds*4 {
+		t.Fatalf("want at 100 µs a task: %d, want %d", n, 4+aheadRounds*4)
+	}
+	h.cycle.Store(int64(2 * time.Millisecond))
+	if n := h.want(); n != 14 {
+		t.Fatalf("want at 2 ms a task: %d, want 14", n)
+	}
+	// The mean moves an eighth of the way: 2 ms + (50 ms − 2 ms)/8 = 8 ms.
+	h.ran(50 * time.Millisecond)
+	if c := time.Duration(h.cycle.Load()); c != 8*time.Millisecond {
+		t.Fatalf("mean after a 50 ms sample: %v, want 8ms", c)
+	}
+	if n := h.want(); n != 6 {
+		t.Fatalf("want at 8 ms a task: %d, want 6 (4 × 5/8 = 2 past the slots)", n)
+	}
+	h.cycle.Store(int64(50 * time.Millisecond))
+	if n := h.want(); n != 4 {
+		t.Fatalf("want at 50 ms a task: %d, want 4", n)
+	}
+	h.slots = 64
+	h.cycle.Store(int64(100 * time.Microsecond))
+	if n := h.want(); n != maxPrefetch {
+		t.Fatalf("want with 64 slots: %d, want maxPrefetch %d", n, maxPrefetch)
+	}
+}
+
+// TestPrefetchGiveBackIdle: tasks taken past the free slots wait for one;
+// while asynq makes no dequeue call (every slot busy) the worker's idle
+// check gives them back once they are older than prefetchFresh, not
+// before, and not while Redis is away; to the front of pending, in order.
+func TestPrefetchGiveBackIdle(t *testing.T) {
+	fake := clock.NewFake(time.Now())
+	p := newPrefetchEnvClock(t, fake)
+	p.h.cycle.Store(int64(time.Millisecond)) // short tasks: 4 × 5 = 20 more wanted, 6 enqueued
+	if got, err := p.dequeue(); err != nil || got != "t1" {
+		t.Fatalf("dequeue: %q %v", got, err)
+	}
+	if n := p.h.ahead.len(); n != 5 {
+		t.Fatalf("%d taken ahead, want 5 (t2…t6)", n)
+	}
+	send := func(ctx context.Context, cmd redis.Cmder) error { return p.hooked.Process(ctx, cmd) }
+	ctx := context.Background()
+	p.h.giveBackIdle(ctx, send)
+	if n := p.h.ahead.len(); n != 5 {
+		t.Fatalf("fresh tasks given back: %d left ahead, want 5", n)
+	}
+	fake.Advance(prefetchFresh + time.Millisecond)
+	p.h.link.fire(evNoAnswer, errors.New("cut"))
+	p.h.giveBackIdle(ctx, send)
+	if n := p.h.ahead.len(); n != 5 {
+		t.Fatalf("given back with Redis away: %d left ahead, want 5", n)
+	}
+	p.h.link.fire(evProbeAnswered, nil)
+	p.h.link.fire(evSettled, nil)
+	p.h.giveBackIdle(ctx, send)
+	if n := p.h.ahead.len(); n != 0 {
+		t.Fatalf("%d still ahead after the idle check, want 0", n)
+	}
+	if n := p.m.PrefetchGivenBack.Load(); n != 5 {
+		t.Fatalf("given back %d, want 5", n)
+	}
+	if got, want := p.list(asynqPendingKey(p.q)), []string{"t6", "t5", "t4", "t3", "t2"}; !slices.Equal(got, want) {
+		t.Fatalf("pending %v, want %v (t2 dequeued next)", got, want)
+	}
+	for _, id := range []string{"t2", "t6"} {
+		if p.field(id, ownerField) != "" || p.h.held.holds(id, fake.Now()) {
+			t.Fatalf("%s given back but still owned or held here", id)
+		}
+	}
+	if got, err := p.dequeue(); err != nil || got != "t2" {
+		t.Fatalf("dequeue after the give-back: %q %v, want t2", got, err)
+	}
+}

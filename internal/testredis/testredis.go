@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,3 +228,23 @@ func (s *Server) Wipe() { _ = os.Remove(filepath.Join(s.dir, "dump.rdb")) }
 
 // String names the server.
 func (s *Server) String() string { return fmt.Sprintf("redis-server :%d", s.Port) }
+
+// ServerCPU is the CPU the Redis server behind rdb has used since it
+// started, user and system (INFO cpu), in seconds: what benchmarks divide
+// by to report work per second of Redis's own CPU.
+func ServerCPU(tb testing.TB, rdb redis.UniversalClient) float64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var t float64
+	for _, l := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			t += f
+		}
+	}
+	return t
+}
