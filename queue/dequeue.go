@@ -136,6 +136,8 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	if !ok {
 		return next(ctx, cmd)
 	}
+	h.turn.Lock() // asynq calls from one goroutine: contended only by a give-back made outside a call
+	defer h.turn.Unlock()
 	if why := h.gateClosed(); why != "" {
 		if why == "backpressure" || why == "worker paused" {
 			if h.link.isUp() && h.clock.Now().UnixNano() >= h.refusedUntil.Load() {

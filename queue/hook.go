@@ -70,6 +70,13 @@ type redisHook struct {
 	// dq is held (read) by every dequeue for its whole call, and (write) by
 	// the stranded-task sweep, which must not see a dequeue half done.
 	dq sync.RWMutex
+	// turn is held by asynq's dequeue call for its whole length, and by a
+	// give-back made outside one (giveBackIdle, giveBackPrefetched): a
+	// give-back never overlaps a dequeue, whose reply may take a task the
+	// give-back just put back (the give-back's bookkeeping, keyed by task
+	// id, would then undo the new dequeue's hold), and tasks a refused
+	// give-back keeps are never handed out unchecked meanwhile.
+	turn sync.Mutex
 
 	refusedUntil atomic.Int64 // Unix ns: dequeues refused until then after Redis refused one
 

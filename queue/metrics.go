@@ -51,7 +51,8 @@ type Metrics struct {
 	StrandedRequeued atomic.Int64
 	// Prefetched counts tasks a dequeue took ahead for later calls of
 	// asynq's (prefetch.go); PrefetchGivenBack those of them put back in
-	// pending unrun (the worker paused, backpressure, or stopping).
+	// pending unrun (the worker paused, backpressure, stopping, or stale:
+	// they waited past prefetchFresh).
 	Prefetched        atomic.Int64
 	PrefetchGivenBack atomic.Int64
 	// Kept outcomes (kept.go): KeptOutcomes is how many wait now;

@@ -22,10 +22,14 @@ import (
 // as its slots get through in aheadBudget at the mean time a slot takes
 // per task (beyond), at most aheadRounds rounds of them. With free slots
 // alone a worker whose slots free one at a time takes one task per round
-// trip again; past them, a task waits here about aheadBudget at most for
-// a slot, where it would otherwise wait in pending for the next dequeue.
-// A worker whose tasks take longer than aheadBudget per slot takes none
-// past its slots, and one that has finished no task yet neither.
+// trip again; past them, a task is expected to wait here about
+// aheadBudget for a slot, where it would otherwise wait in pending for the
+// next dequeue. That is a prediction from the mean of every task type the
+// worker runs, not a bound: tasks longer than the mean said keep it here
+// until prefetchFresh has passed and the idle check (at most a second
+// later) or asynq's next call gives it back. A worker whose tasks take
+// longer than aheadBudget per slot takes none past its slots, and one that
+// has finished no task yet neither.
 //
 // A prefetched task is as a dequeued one in every respect that recovery
 // sees: active in asynq with a lease, the owner field naming this process,
@@ -52,13 +56,18 @@ import (
 //     another recovered the process's tasks, and a task taken ahead has
 //     not begun, so it must not begin now (it may run elsewhere);
 //   - the worker stopping: given back once asynq's shutdown returned
-//     (giveBackPrefetched); one that cannot be is requeued by the
+//     (giveBackPrefetched), or sooner by the idle check if it waited past
+//     prefetchFresh meanwhile; one that cannot be is requeued by the
 //     supervisor after the process exits. Not sooner: a dequeue refused
 //     during the stop would make asynq's processor sleep its
 //     TaskCheckInterval holding a token, and its shutdown wait for that
 //     (up to 1.5 s by default), where it would have taken the task; the
 //     tasks taken ahead wait at most the shutdown timeout, active and
 //     owned.
+//
+// A give-back never overlaps a dequeue call of asynq's (the hook's turn
+// lock): a dequeue may take again a task just given back, and the
+// give-back's bookkeeping, keyed by task id, would undo the new hold.
 //
 // A give-back that got no reply may have run: its tasks are dropped from
 // here, so that they are never handed out (another worker may already run
@@ -72,7 +81,8 @@ const maxPrefetch = 32
 // prefetchFresh is how long after its dequeue a task taken ahead may be
 // handed out. asynq asks again at once while it has free tokens (within
 // microseconds, or a scheduling delay on a loaded machine); a task waits
-// longer only while the gate was closed.
+// longer while the gate is closed, or while every slot is busy (taken past
+// the free slots).
 const prefetchFresh = time.Second
 
 // prefetchedTask is one task a dequeue took for a later call of asynq's.
@@ -209,7 +219,7 @@ return n`
 // already observes the reply). On a refusal they stay prefetched, for the
 // next call; with no reply they are dropped (the link goes down, and the
 // stranded-task sweep requeues them).
-func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observed bool) {
+func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observed bool) (given int64) {
 	// The stranded-task sweep must not run between the give-back going
 	// unanswered (the link goes down, and Redis may answer the probe at
 	// once) and its tasks being marked returning: it would take them
@@ -218,7 +228,7 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 	defer h.dq.RUnlock()
 	ts := h.ahead.take()
 	if len(ts) == 0 {
-		return
+		return 0
 	}
 	argv := []any{asynqTaskPrefix(h.q), ownerField, h.owner, h.clock.Now().UnixNano()}
 	for _, t := range ts {
@@ -232,11 +242,14 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 	}
 	switch f := faultOf(err); {
 	case err == nil:
-		n, _ := cmd.Val().(int64) // those still this process's: the others were recovered meanwhile
-		h.metrics.PrefetchGivenBack.Add(n)
+		given, _ = cmd.Val().(int64) // those still this process's: the others were recovered meanwhile
+		h.metrics.PrefetchGivenBack.Add(given)
 	case f == faultRefused:
-		h.ahead.put(ts) // not run: the next call tries again
-		return
+		// Not run: the next call tries again. Redis refuses writes: no
+		// dequeue until refusedPause has passed, as after a refused one.
+		h.ahead.put(ts)
+		h.refusedUntil.Store(h.clock.Now().Add(refusedPause).UnixNano())
+		return 0
 	default:
 		// It may have run: the tasks may be pending again, taken by
 		// another worker already, so they are never handed out here.
@@ -254,12 +267,13 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 			h.link.fire(evNoAnswer, err)
 		}
 		h.log.Warn("prefetched tasks' give-back failed: requeued as stranded once redis answers", "tasks", len(ts), "err", err)
-		return
+		return 0
 	}
 	for _, t := range ts {
 		h.held.resolve(t.id)
 		h.takeCrashes(t.id)
 	}
+	return given
 }
 
 // giveBackStale gives back the tasks taken ahead if they waited past
@@ -281,12 +295,17 @@ func (h *redisHook) giveBackStale(ctx context.Context, next redis.ProcessHook) b
 // same (giveBackStale). Not while Redis is away or refusing: the tasks are
 // active and owned meanwhile, and given back once it answers.
 func (h *redisHook) giveBackIdle(ctx context.Context, send redis.ProcessHook) {
+	if !h.turn.TryLock() {
+		return // asynq is in a dequeue call, which gives back what is stale itself
+	}
+	defer h.turn.Unlock()
 	if !h.ahead.stale(h.clock.Now().Add(-prefetchFresh)) || !h.link.isUp() ||
 		h.clock.Now().UnixNano() < h.refusedUntil.Load() {
 		return
 	}
-	h.log.Info("tasks taken ahead waited past their freshness for a free handler slot: given back", "tasks", h.ahead.len())
-	h.giveBack(ctx, send, true)
+	if n := h.giveBack(ctx, send, true); n > 0 {
+		h.log.Info("tasks taken ahead waited past their freshness for a free handler slot: given back", "tasks", n)
+	}
 }
 
 // handOut answers a dequeue call of asynq's from the prefetch, if it holds
@@ -310,6 +329,8 @@ func (w *worker) giveBackPrefetched() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
+	w.hook.turn.Lock() // an idle check may be giving back meanwhile
+	defer w.hook.turn.Unlock()
 	w.hook.giveBack(ctx, w.throughHook, true)
 }
 

@@ -193,6 +193,9 @@ func TestPrefetchGiveBackFailures(t *testing.T) {
 	if n := p.h.ahead.len(); n != 3 {
 		t.Fatalf("after a refused give-back %d prefetched, want 3 kept", n)
 	}
+	if why := p.h.gateClosed(); why != "redis refuses writes" {
+		t.Fatalf("gate after a refused give-back: %q, want dequeues refused for refusedPause", why)
+	}
 	if !p.h.link.isUp() {
 		t.Fatal("a refusal took the link down")
 	}
@@ -412,5 +415,60 @@ func TestPrefetchGiveBackIdle(t *testing.T) {
 	}
 	if got, err := p.dequeue(); err != nil || got != "t2" {
 		t.Fatalf("dequeue after the give-back: %q %v, want t2", got, err)
+	}
+}
+
+// TestPrefetchGiveBackNeverOverlapsADequeue (review of 5e9db0e): the idle
+// check gives back t2…t6 while asynq's dequeue call comes. Were the call
+// let through while the give-back's reply is on its way, it would take t2
+// again, and the give-back's bookkeeping, keyed by task id, would then
+// drop the new hold: t2 would run here unheld, and the next sweep would
+// requeue it under its handler. The call waits for the give-back; t2 is
+// taken again afterwards, held.
+func TestPrefetchGiveBackNeverOverlapsADequeue(t *testing.T) {
+	fake := clock.NewFake(time.Now())
+	p := newPrefetchEnvClock(t, fake)
+	p.h.cycle.Store(int64(time.Millisecond))
+	if got, err := p.dequeue(); err != nil || got != "t1" {
+		t.Fatalf("dequeue: %q %v", got, err)
+	}
+	fake.Advance(prefetchFresh + time.Millisecond)
+	type result struct {
+		id  string
+		err error
+	}
+	called := make(chan result, 1)
+	overlapped := false
+	send := func(ctx context.Context, cmd redis.Cmder) error {
+		err := p.hooked.Process(ctx, cmd) // the give-back runs in Redis
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return err // sent again, by its source
+		}
+		go func() {
+			id, err := p.dequeue() // asynq's next call, while the reply is on its way
+			called <- result{id, err}
+		}()
+		select {
+		case <-called:
+			overlapped = true
+		case <-time.After(200 * time.Millisecond): // it waits for the give-back (the pass): no signal to wait on
+		}
+		return err
+	}
+	p.h.giveBackIdle(context.Background(), send)
+	if overlapped {
+		t.Fatal("a dequeue call ran while a give-back's reply was on its way")
+	}
+	var r result
+	select {
+	case r = <-called:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dequeue call never ran after the give-back")
+	}
+	if r.err != nil || r.id != "t2" {
+		t.Fatalf("dequeue after the give-back: %q %v, want t2", r.id, r.err)
+	}
+	if !p.h.held.holds("t2", fake.Now()) {
+		t.Fatal("t2, taken again, is not held: the give-back's bookkeeping dropped the new hold")
 	}
 }
