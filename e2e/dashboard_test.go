@@ -416,7 +416,11 @@ func TestDashboard(t *testing.T) {
 		shot(t, ctx, "failed.png")
 		t.Fatalf("pause through the token prompt: %v", err)
 	}
-	p.poll("the tag queue shows paused", `document.querySelector('`+qrow+` td.paused').textContent === 'paused'`)
+	// "paused" alone is only a moment's: the pause's action event marks
+	// the row paused, and the queues it refreshes then say who paused it
+	// (CI's run of aadaa47 polled after the refresh and waited for a
+	// "paused" that was gone).
+	p.poll("the tag queue shows paused by vigil", `document.querySelector('`+qrow+` td.paused').textContent === 'paused (vigil)'`)
 	if b := p.api(http.MethodGet, "/api/v1/queues/tag", ""); !strings.Contains(string(b), `"paused":true`) {
 		t.Errorf("GET /api/v1/queues/tag after the page paused it: %s", b)
 	}
