@@ -109,6 +109,18 @@ func (h *redisHook) takeToxic(id string) bool {
 // one (OOM, READONLY): asynq would otherwise ask again at once, in a loop.
 const refusedPause = time.Second
 
+// refuse notes that Redis refused a write now: no dequeue for
+// refusedPause.
+func (h *redisHook) refuse() { h.refusedUntil.Store(h.clock.Now().Add(refusedPause).UnixNano()) }
+
+// refusing reports whether Redis refused a write less than refusedPause
+// ago.
+func (h *redisHook) refusing() bool { return h.clock.Now().UnixNano() < h.refusedUntil.Load() }
+
+// canWrite reports whether a write is worth sending: the link is up and
+// Redis has not refused one lately.
+func (h *redisHook) canWrite() bool { return h.link.isUp() && !h.refusing() }
+
 // gateClosed reports why a dequeue is refused without asking Redis, "" if
 // it is not.
 func (h *redisHook) gateClosed() string {
@@ -119,7 +131,7 @@ func (h *redisHook) gateClosed() string {
 		return "backpressure"
 	case !h.link.isUp():
 		return "redis unreachable"
-	case h.clock.Now().UnixNano() < h.refusedUntil.Load():
+	case h.refusing():
 		return "redis refuses writes"
 	}
 	return ""
@@ -140,7 +152,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	defer h.turn.Unlock()
 	if why := h.gateClosed(); why != "" {
 		if why == "backpressure" || why == "worker paused" {
-			if h.link.isUp() && h.clock.Now().UnixNano() >= h.refusedUntil.Load() {
+			if h.canWrite() {
 				h.giveBack(ctx, next, false) // the worker takes no task: nor what it took ahead
 			}
 			h.metrics.DequeueSkips.Add(1)
@@ -151,7 +163,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 		c.SetErr(redis.Nil)
 		return redis.Nil
 	}
-	if !h.giveBackStale(ctx, next) {
+	if !h.giveBackStale(ctx, next, false) {
 		c.SetErr(redis.Nil) // refused: tried again at the next call
 		return redis.Nil
 	}
@@ -191,7 +203,7 @@ func (h *redisHook) dequeue(ctx context.Context, cmd redis.Cmder, next redis.Pro
 			c.SetErr(redis.Nil)
 			return redis.Nil
 		case faultRefused:
-			h.refusedUntil.Store(h.clock.Now().Add(refusedPause).UnixNano())
+			h.refuse()
 			c.SetErr(redis.Nil)
 			return redis.Nil
 		}

@@ -248,7 +248,7 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 		// Not run: the next call tries again. Redis refuses writes: no
 		// dequeue until refusedPause has passed, as after a refused one.
 		h.ahead.put(ts)
-		h.refusedUntil.Store(h.clock.Now().Add(refusedPause).UnixNano())
+		h.refuse()
 		return 0
 	default:
 		// It may have run: the tasks may be pending again, taken by
@@ -277,14 +277,17 @@ func (h *redisHook) giveBack(ctx context.Context, send redis.ProcessHook, observ
 }
 
 // giveBackStale gives back the tasks taken ahead if they waited past
-// prefetchFresh, and reports whether none such is left (false: Redis
-// refused the give-back; no task may be taken until it is written).
-func (h *redisHook) giveBackStale(ctx context.Context, next redis.ProcessHook) bool {
+// prefetchFresh (the gate was closed, or every handler slot busy), through
+// send (observed: see giveBack), and reports whether none such is left
+// (false: Redis refused the give-back; no task may be taken until it is
+// written).
+func (h *redisHook) giveBackStale(ctx context.Context, send redis.ProcessHook, observed bool) bool {
 	if !h.ahead.stale(h.clock.Now().Add(-prefetchFresh)) {
 		return true
 	}
-	h.log.Info("tasks taken ahead waited past their freshness (the worker could not take tasks meanwhile): given back", "tasks", h.ahead.len())
-	h.giveBack(ctx, next, false)
+	if n := h.giveBack(ctx, send, observed); n > 0 {
+		h.log.Info("tasks taken ahead waited past their freshness: given back", "tasks", n)
+	}
 	return h.ahead.len() == 0
 }
 
@@ -299,12 +302,8 @@ func (h *redisHook) giveBackIdle(ctx context.Context, send redis.ProcessHook) {
 		return // asynq is in a dequeue call, which gives back what is stale itself
 	}
 	defer h.turn.Unlock()
-	if !h.ahead.stale(h.clock.Now().Add(-prefetchFresh)) || !h.link.isUp() ||
-		h.clock.Now().UnixNano() < h.refusedUntil.Load() {
-		return
-	}
-	if n := h.giveBack(ctx, send, true); n > 0 {
-		h.log.Info("tasks taken ahead waited past their freshness for a free handler slot: given back", "tasks", n)
+	if h.canWrite() {
+		h.giveBackStale(ctx, send, true)
 	}
 }
 
