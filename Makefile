@@ -16,7 +16,7 @@ STATICCHECK         := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHEC
 
 EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
 
-# Redocly CLI 2.x (npm) lints the OpenAPI documents (DESIGN.md §7).
+# Redocly CLI 2.x (npm) lints the OpenAPI documents (docs/design.md §7).
 REDOCLY  ?= npx -y @redocly/cli@2
 FUZZTIME ?= 20s
 

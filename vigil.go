@@ -26,8 +26,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/vigil-dev/vigil/alert"
+	"github.com/vigil-dev/vigil/config"
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/redisconn"
 	"github.com/vigil-dev/vigil/metrics"
 	"github.com/vigil-dev/vigil/queue"
@@ -219,7 +219,7 @@ func (v *Vigil) Start(ctx context.Context) (err error) {
 		}
 	}
 	// asynq's paused key is the truth: start-up lifts no pause, it only
-	// migrates the flags of earlier releases (DESIGN.md §6).
+	// migrates the flags of earlier releases (docs/design.md §6).
 	if err := queue.NewControl(store).Apply(ctx, queues); err != nil {
 		return orphans(err)
 	}

@@ -20,7 +20,7 @@ import (
 // testToken is the admin token of every host.
 const testToken = "chaos-token"
 
-// hostSpec is the configuration of one `vigil serve` (DESIGN.md §10).
+// hostSpec is the configuration of one `vigil serve` (docs/design.md §10).
 type hostSpec struct {
 	ID                       string
 	Redis                    string

@@ -430,7 +430,7 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			w.violate(7, "%s: its handler succeeded but asynq still shows it active (the outcome was never written, and its worker did not die with its host)%s", what, w.activeFacts(j))
 			continue
 		case state == "active" && w.awaitingLease(v, j):
-			// Its worker died with its host (or cut from Redis): DESIGN §11
+			// Its worker died with its host (or cut from Redis): docs/design.md §11
 			// leaves such a task to asynq's own lease recovery (30 s).
 			st.AwaitingLease++
 			continue

@@ -195,7 +195,7 @@ func TestJudgeCompletedStillActive(t *testing.T) {
 // names the process that holds it now, and that one is judged. A crash
 // job ran in h2's worker, which crashed (h2 requeued it); h1's worker
 // dequeued it during a Redis pause and died with h1 (SIGKILL) before its
-// handler began: left to asynq's lease recovery (DESIGN §11), excused.
+// handler began: left to asynq's lease recovery (docs/design.md §11), excused.
 // The judge took the last run's process (h2's, whose host lived) and
 // failed the seed. The other way round, a task whose last run's process
 // died with its host but that a live process holds now is not excused.

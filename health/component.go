@@ -7,7 +7,7 @@ import (
 	"github.com/vigil-dev/vigil/policy"
 )
 
-// Fields of the component hash (DESIGN.md §3).
+// Fields of the component hash (docs/design.md §3).
 const (
 	FieldStatus        = "status"
 	FieldReason        = "reason"

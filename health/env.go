@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Environment handed to every worker (DESIGN.md §4.1).
+// Environment handed to every worker (docs/design.md §4.1).
 const (
 	EnvRedisURL    = "VIGIL_REDIS_URL"
 	EnvPrefix      = "VIGIL_PREFIX"
@@ -39,7 +39,7 @@ const (
 	// inherit it, which is how the supervisor finds those that left the
 	// worker's process group.
 	EnvSpawn = "VIGIL_SPAWN_ID"
-	// Optional, per pool (DESIGN.md §6, §10): scratch directories and
+	// Optional, per pool (docs/design.md §6, §10): scratch directories and
 	// backpressure. Absent means the default (off).
 	EnvKeepScratch = "VIGIL_KEEP_SCRATCH_ON_SUCCESS"
 	EnvScratchDir  = "VIGIL_SCRATCH_DIR"
@@ -81,7 +81,7 @@ type WorkerEnv struct {
 	Backpressure         Backpressure
 }
 
-// Backpressure is a pool's host-local backpressure (DESIGN.md §6); a zero
+// Backpressure is a pool's host-local backpressure (docs/design.md §6); a zero
 // HighWatermark turns it off.
 type Backpressure struct {
 	HighWatermark int           // pending tasks above which the host may pause

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Event types (DESIGN.md §8).
+// Event types (docs/design.md §8).
 const (
 	EventSnapshot = "snapshot"
 	EventWorker   = "worker_update"

@@ -5,7 +5,7 @@ import (
 	"syscall"
 )
 
-// Exit codes recorded for a component (DESIGN.md §4).
+// Exit codes recorded for a component (docs/design.md §4).
 const (
 	ExitClean            = 0
 	ExitUnknown          = -1 // exit status unavailable

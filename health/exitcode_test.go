@@ -55,7 +55,7 @@ func TestExitCodeOfNil(t *testing.T) {
 }
 
 func TestExitCodeConstants(t *testing.T) {
-	// DESIGN.md §4: 0 clean, -1 unknown, -2 heartbeat timeout, -3 invalid heartbeat.
+	// docs/design.md §4: 0 clean, -1 unknown, -2 heartbeat timeout, -3 invalid heartbeat.
 	for _, tt := range []struct{ got, want int }{
 		{health.ExitClean, 0}, {health.ExitUnknown, -1}, {health.ExitHeartbeatTimeout, -2}, {health.ExitBadHeartbeat, -3},
 	} {

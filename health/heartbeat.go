@@ -13,7 +13,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/clock"
 )
 
-// Heartbeat defaults (DESIGN.md §4, §10).
+// Heartbeat defaults (docs/design.md §4, §10).
 const (
 	HeartbeatIntervalDefault = 5 * time.Second
 	HeartbeatTTLDefault      = 30 * time.Second

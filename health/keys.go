@@ -12,11 +12,11 @@ import (
 // PrefixDefault is the default key prefix.
 const PrefixDefault = "vigil:"
 
-// namePattern is what queue names and host ids must match (DESIGN.md §2).
+// namePattern is what queue names and host ids must match (docs/design.md §2).
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // ErrInvalidName is returned for a queue name, host id or component id that
-// does not follow DESIGN.md §2.
+// does not follow docs/design.md §2.
 var ErrInvalidName = errors.New("invalid name")
 
 // ValidName reports whether s may be a queue name or a host id.
@@ -70,7 +70,7 @@ func ParseComponentID(s string) (ComponentID, error) {
 	return ComponentID{Queue: q, Slot: n}, nil
 }
 
-// Keys builds every Redis key Vigil uses (DESIGN.md §3). Braces are Redis
+// Keys builds every Redis key Vigil uses (docs/design.md §3). Braces are Redis
 // Cluster hash tags: all keys of one component share a slot.
 type Keys struct{ Prefix string }
 
@@ -115,7 +115,7 @@ func (k Keys) WorkerPause(c ComponentID) string { return k.tagged("wpause", c) }
 func (k Keys) Slot(c ComponentID) string { return k.tagged("slot", c) }
 
 // Free is the set of component ids whose slot lease was seen free: a hint
-// for the claim step (DESIGN.md §11), which only the lease decides.
+// for the claim step (docs/design.md §11), which only the lease decides.
 func (k Keys) Free() string { return k.Prefix + "free" }
 
 // Components is the set of every known component id.

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Lease scripts (DESIGN.md §11). A lease value is "<host>/<instance>".
+// Lease scripts (docs/design.md §11). A lease value is "<host>/<instance>".
 
 // claimScript takes a lease that is free, already ours, or held by an
 // earlier instance of our own host (which has been judged gone).
@@ -302,7 +302,7 @@ func (s *Store) LeaseHolders(ctx context.Context, keys []string) ([]string, erro
 	return out, nil
 }
 
-// Host is a host's record (DESIGN.md §11).
+// Host is a host's record (docs/design.md §11).
 type Host struct {
 	ID       string `json:"id"`
 	Instance string `json:"instance"`

@@ -10,7 +10,7 @@ import (
 )
 
 // SchemaVersion is the version of the key layout this build reads and
-// writes (DESIGN.md §3), stored at Keys.Schema. Bump it when a key changes
+// writes (docs/design.md §3), stored at Keys.Schema. Bump it when a key changes
 // shape; an older build then refuses to run against the new layout, and
 // the newer build upgrades the stored version (migrating, if ever needed,
 // in CheckSchema).

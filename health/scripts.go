@@ -148,7 +148,7 @@ local rev, cj, cs = worker_fields()
 return {1, tok, rev, cj, cs}
 `)
 
-// heartbeatScript is the worker's heartbeat (DESIGN.md §4.2), one round trip.
+// heartbeatScript is the worker's heartbeat (docs/design.md §4.2), one round trip.
 //
 // KEYS: heartbeat key, component hash.
 // ARGV: pid, now ms, ttl ms, host, queue, slot, started_at ms, and

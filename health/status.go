@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Status is a component's lifecycle state (DESIGN.md §4).
+// Status is a component's lifecycle state (docs/design.md §4).
 type Status string
 
 // Statuses. StatusNone is a component with no record yet.
@@ -83,7 +83,7 @@ var (
 	operator = []Actor{ActorOperator}
 )
 
-// transitions is DESIGN.md §4's status machine. Anything else is refused.
+// transitions is docs/design.md §4's status machine. Anything else is refused.
 var transitions = []rule{
 	{[]state{"", "stopped", "crashed"}, StatusStarting, anyLocal},                                                 // spawn, restart after backoff, operator restart
 	{[]state{"failed", heldStopped}, StatusStarting, operator},                                                    // operator restart only

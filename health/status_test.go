@@ -9,7 +9,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 )
 
-// designState is a from-state of DESIGN.md §4's table: a status, and for
+// designState is a from-state of docs/design.md §4's table: a status, and for
 // stopped whether it is held.
 type designState struct {
 	status health.Status
@@ -44,7 +44,7 @@ var (
 	takeover = health.ActorTakeover
 )
 
-// designTable is DESIGN.md §4's status machine, one line per row of the
+// designTable is docs/design.md §4's status machine, one line per row of the
 // spec, written out from the text (not from the package's own table). The
 // "who" of each row: the supervisor acting on its own (monitor), an operator
 // through the API, or a host taking over a lost host's slot.

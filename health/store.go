@@ -37,7 +37,7 @@ func (e *OwnerError) Error() string {
 // Unwrap makes errors.Is(err, ErrNotOwner) hold.
 func (e *OwnerError) Unwrap() error { return ErrNotOwner }
 
-// Store reads and writes the health state of DESIGN.md §3.
+// Store reads and writes the health state of docs/design.md §3.
 type Store struct {
 	rdb       redis.UniversalClient
 	keys      Keys
@@ -62,14 +62,14 @@ func (s *Store) Client() redis.UniversalClient { return s.rdb }
 // Write describes one change of a component's record.
 type Write struct {
 	// Actor is who asks; the stored status must be allowed to go to
-	// Component.Status by it (DESIGN.md §4), unless NoCheck.
+	// Component.Status by it (docs/design.md §4), unless NoCheck.
 	Actor   Actor
 	NoCheck bool
 	// Owner, if set, is the writer's lease value (LeaseValue(host,
 	// instance)): the write is refused with an *OwnerError unless the
 	// slot's lease is the writer's, or the lease is gone and the record
 	// names no other instance. A supervisor always sets it: only the holder
-	// of a slot writes its record (DESIGN.md §11).
+	// of a slot writes its record (docs/design.md §11).
 	Owner string
 	// Restarts writes Component.Restarts (history hash and crash window).
 	Restarts bool

@@ -7,7 +7,7 @@ import (
 	"github.com/vigil-dev/vigil/policy"
 )
 
-// The first worked example of DESIGN.md §5: five crashes within five minutes.
+// The first worked example of docs/design.md §5: five crashes within five minutes.
 func ExampleConfig_Decide() {
 	c := policy.Config{}.WithDefaults()
 	start := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Defaults of DESIGN.md §5.
+// Defaults of docs/design.md §5.
 const (
 	BackoffBaseDefault     = time.Second
 	BackoffMaxDefault      = 60 * time.Second
@@ -128,7 +128,7 @@ type Decision struct {
 	Delay  time.Duration // backoff before the restart, when not failed
 }
 
-// Decide applies DESIGN.md §5 to one counted crash. u is a uniform random
+// Decide applies docs/design.md §5 to one counted crash. u is a uniform random
 // number in [0, 1) used for jitter (ignored when Jitter is 0).
 func (c Config) Decide(s State, cr Crash, u float64) Decision {
 	t := cr.At
@@ -187,7 +187,7 @@ func InWindow(times []time.Time, t time.Time, window time.Duration) []time.Time 
 func Reset(State) State { return State{} }
 
 // OperatorRestart clears the window and the consecutive count of a failed
-// (or any) component but keeps its lifetime count (DESIGN.md §5).
+// (or any) component but keeps its lifetime count (docs/design.md §5).
 func OperatorRestart(s State) State {
 	s.RestartCount = 0
 	s.Crashes = nil

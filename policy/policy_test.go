@@ -12,7 +12,7 @@ import (
 // t0 is an arbitrary origin for the crash times below.
 var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
-// ms is a duration written m:ss, as in DESIGN.md §5.
+// ms is a duration written m:ss, as in docs/design.md §5.
 func ms(m, s int) time.Duration {
 	return time.Duration(m)*time.Minute + time.Duration(s)*time.Second
 }
@@ -86,7 +86,7 @@ func checkDecision(tb testing.TB, i int, st step, d policy.Decision) {
 	}
 }
 
-// rapidSteps is the first worked example of DESIGN.md §5. Each restarted
+// rapidSteps is the first worked example of docs/design.md §5. Each restarted
 // worker is healthy for a few seconds before it crashes again: far less than
 // stable_after, so no decay.
 func rapidSteps() []step {
@@ -99,7 +99,7 @@ func rapidSteps() []step {
 	}
 }
 
-// everyTenMinutes is the second worked example of DESIGN.md §5: a worker that
+// everyTenMinutes is the second worked example of docs/design.md §5: a worker that
 // comes up healthy 5 s after each restart and crashes every 10 minutes.
 func everyTenMinutes() []step {
 	var steps []step

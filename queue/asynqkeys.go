@@ -6,7 +6,7 @@ import (
 )
 
 // AsynqVersion is the asynq release whose Redis layout this package relies
-// on (DESIGN.md §9): the keys below, the fields of a task hash, and the
+// on (docs/design.md §9): the keys below, the fields of a task hash, and the
 // dequeue script that dequeue.go wraps. TestAsynqPinned fails when the
 // build uses another version or the behaviour changes.
 const AsynqVersion = "v0.26.0"

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// backpressure pauses this process's dequeues (DESIGN.md §6): while the
+// backpressure pauses this process's dequeues (docs/design.md §6): while the
 // queue holds more than high_watermark pending tasks and the host's load is
 // above load_threshold, the dequeue hook refuses dequeues for
 // pause_interval, then the condition is judged again. It is host-local:

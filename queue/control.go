@@ -16,7 +16,7 @@ import (
 )
 
 // FieldWorkerEnabled is the global pause flag of the control hash
-// (DESIGN.md §3): "false" while Vigil's global pause is on.
+// (docs/design.md §3): "false" while Vigil's global pause is on.
 const FieldWorkerEnabled = "worker_enabled"
 
 // legacyPausedPrefix is the control-hash field of a queue's own pause as
@@ -46,7 +46,7 @@ const (
 // Control pauses and resumes queues and reads their statistics.
 //
 // asynq's own key asynq:{q}:paused is the one truth for whether q is
-// paused (DESIGN.md §6): asynq's workers, CLI and asynqmon read and write
+// paused (docs/design.md §6): asynq's workers, CLI and asynqmon read and write
 // it too. Vigil keeps beside it, in the same slot (health.Keys.Pause), who
 // paused the queue, when and why, and which of its scopes (global, queue)
 // hold it. That record counts only while the paused key still holds the

@@ -206,7 +206,7 @@ func TestKillsLoseNoJob(t *testing.T) {
 }
 
 // TestKillToPendingLatency measures the time from a worker's SIGKILL to its
-// task being back in pending (DESIGN.md: within 50 ms at p99), over 50
+// task being back in pending (docs/design.md: within 50 ms at p99), over 50
 // kills on a real Redis (10 on miniredis). The clock stops when the
 // requeued:stale event arrives, which Recover writes one round trip before
 // the requeue (issue 20, recovery order). Only a generous bound is

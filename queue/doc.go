@@ -1,4 +1,4 @@
-// Package queue is Vigil's asynq integration (DESIGN.md §6, §9).
+// Package queue is Vigil's asynq integration (docs/design.md §6, §9).
 //
 // For worker binaries: RunWorker (worker.go) runs a pool's asynq server
 // with the heartbeater and the middleware (middleware.go) that records
@@ -9,7 +9,7 @@
 // For the supervisor: Recoverer (recover.go) puts a dead worker's tasks
 // straight back to pending.
 //
-// Across Redis faults (DESIGN.md §11): the worker's Redis hook (hook.go)
+// Across Redis faults (docs/design.md §11): the worker's Redis hook (hook.go)
 // takes over asynq's dequeue (dequeue.go, sent once, never retried), its
 // outcome writes (outcome.go: one Redis does not take is kept, kept.go,
 // and written later under the owner guard) and its lease calls

@@ -11,7 +11,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 )
 
-// JobState is the state a job event announces (DESIGN.md §6). A job's
+// JobState is the state a job event announces (docs/design.md §6). A job's
 // events come in the order created → processing → progress* → done |
 // error (stage events, named milestones a handler reports, among the
 // progress ones); a recovered job has requeued:stale before its next processing,

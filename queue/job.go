@@ -49,7 +49,7 @@ func jobFrom(ctx context.Context) *job {
 }
 
 // Progress reports the running task's progress in percent (clamped to
-// 0–100). Reports are throttled (DESIGN.md §6): one is written, as a
+// 0–100). Reports are throttled (docs/design.md §6): one is written, as a
 // progress event and as the task's last progress, only when the value moved
 // by a point or more, or moved and 500 ms passed since the last report, or
 // reached 100. The last value offered is kept in the process either way

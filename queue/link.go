@@ -9,7 +9,7 @@ import (
 )
 
 // linkState is whether this worker can use Redis. A worker never exits for
-// want of Redis (DESIGN.md §11): while it cannot reach it, it takes no task,
+// want of Redis (docs/design.md §11): while it cannot reach it, it takes no task,
 // lets the running ones finish, keeps the outcomes it cannot write, and
 // carries on when Redis answers.
 type linkState int32

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// Metrics are one process's job counters (DESIGN.md §6; the seeds'
+// Metrics are one process's job counters (docs/design.md §6; the seeds'
 // worker.* metrics). They are published with expvar under "vigil_queue"
 // until the Prometheus endpoint exposes them.
 type Metrics struct {

@@ -15,7 +15,7 @@ import (
 )
 
 // process is the handler asynq calls for every task: the middleware of
-// DESIGN.md §6 around the pool's handlers.
+// docs/design.md §6 around the pool's handlers.
 //
 //  1. Crash accounting: a task whose crash counter is above
 //     job_crash_retries is not run but archived, "toxic: worker crashed N
@@ -358,7 +358,7 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	return ret
 }
 
-// classify gives a handler error the code and retry decision of DESIGN.md
+// classify gives a handler error the code and retry decision of docs/design.md
 // §6. Errors of a final failure carry the code in their text, which asynq
 // keeps as the archived task's LastErr.
 func classify(j *job, err error) error {

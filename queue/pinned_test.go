@@ -15,7 +15,7 @@ import (
 )
 
 // TestAsynqPinned fails when an asynq upgrade changes what the fast requeue
-// relies on (DESIGN.md §9): the version, the keys and fields of a pending
+// relies on (docs/design.md §9): the version, the keys and fields of a pending
 // and an active task, the dequeue script the worker's hook recognizes, and
 // asynq's behaviour after the requeue (the task runs once more, as a first
 // attempt, and asynq's own recoverer leaves it alone).
@@ -31,7 +31,7 @@ func TestAsynqPinned(t *testing.T) {
 		if d.Path == "github.com/hibiken/asynq" {
 			found = true
 			if d.Version != queue.AsynqVersion || d.Replace != nil {
-				t.Fatalf("built with asynq %s (replace %v); the fast requeue is verified for %s: re-verify DESIGN.md §9 and update queue.AsynqVersion and the dequeue script copy",
+				t.Fatalf("built with asynq %s (replace %v); the fast requeue is verified for %s: re-verify docs/design.md §9 and update queue.AsynqVersion and the dequeue script copy",
 					d.Version, d.Replace, queue.AsynqVersion)
 			}
 		}

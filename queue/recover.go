@@ -12,7 +12,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/clock"
 )
 
-// recoverFindScript is the first step of the fast requeue of DESIGN.md
+// recoverFindScript is the first step of the fast requeue of docs/design.md
 // §9: it finds every task a dead process held, marks the process dead, and
 // changes nothing else. The requeue itself (recoverScript) comes after the
 // tasks' requeued:stale events are written: the event stream is in another
@@ -139,7 +139,7 @@ type RecovererConfig struct {
 }
 
 // Recoverer puts the tasks of a dead worker process straight back to
-// pending (DESIGN.md §6, §9). It implements supervisor.Recoverer; call it
+// pending (docs/design.md §6, §9). It implements supervisor.Recoverer; call it
 // only once the process has been reaped: on a live worker it would make
 // tasks run twice.
 type Recoverer struct {

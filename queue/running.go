@@ -10,7 +10,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 )
 
-// RunningTask is an entry of a worker's running hash (DESIGN.md §3):
+// RunningTask is an entry of a worker's running hash (docs/design.md §3):
 // stored as "<pid>:<start ms>" under the task id, so that the entries of a
 // dead process are told apart from those of its replacement.
 type RunningTask struct {

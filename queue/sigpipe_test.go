@@ -17,7 +17,7 @@ import (
 // TestWorkerShutsDownGracefullyAfterItsSupervisorDied: a worker's output
 // goes to a pipe its supervisor reads. When the supervisor is SIGKILLed,
 // the pipe breaks and the parent-death signal (SIGTERM) arrives: the
-// worker must still shut down as on any SIGTERM (DESIGN.md §4.1, §4.5) —
+// worker must still shut down as on any SIGTERM (docs/design.md §4.1, §4.5) —
 // hand back the task it could not finish (aborted:shutdown) and exit 0 —
 // not die of SIGPIPE at the first line it logs.
 func TestWorkerShutsDownGracefullyAfterItsSupervisorDied(t *testing.T) {

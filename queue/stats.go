@@ -14,7 +14,7 @@ import (
 // FieldAvgMS is the rolling average job time (ms) in the queue stats hash.
 const FieldAvgMS = "avg_ms"
 
-// Stats are one queue's statistics (DESIGN.md §6), or the sum of all.
+// Stats are one queue's statistics (docs/design.md §6), or the sum of all.
 // A field named after an asynq task state carries asynq's number for that
 // state (Inspector.GetQueueInfo); totals are named as totals.
 type Stats struct {

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Progress throttling (DESIGN.md §6; the seeds' progress requirement).
+// Progress throttling (docs/design.md §6; the seeds' progress requirement).
 const (
 	// ProgressStep is the change, in points, that is always reported.
 	ProgressStep = 1.0

@@ -24,7 +24,7 @@ const (
 	TimeoutFromMax          = "max_task_timeout" // the pool's cap
 )
 
-// TimeoutOf decides an attempt's timeout as asynq means it (DESIGN.md §6):
+// TimeoutOf decides an attempt's timeout as asynq means it (docs/design.md §6):
 // the task's own Timeout or Deadline wins; the pool's task_timeout
 // applies to a task that has none. asynq gives a task enqueued with
 // neither a Timeout of 30 minutes, and a task enqueued with an explicit 30

@@ -82,7 +82,7 @@ type WorkerConfig struct {
 }
 
 // WorkerConfigFromEnv reads the VIGIL_* environment the supervisor gives its
-// workers (DESIGN.md §4.1).
+// workers (docs/design.md §4.1).
 func WorkerConfigFromEnv() (WorkerConfig, error) {
 	env, err := health.LoadWorkerEnv()
 	return WorkerConfig{Env: env}, err
@@ -183,7 +183,7 @@ func newWorker(cfg WorkerConfig, handlers map[string]asynq.Handler) (*worker, er
 	return w, nil
 }
 
-// RunWorker runs the worker of one pool until ctx ends (DESIGN.md §4, §6):
+// RunWorker runs the worker of one pool until ctx ends (docs/design.md §4, §6):
 // an asynq.Server for the pool's queue with the configured concurrency,
 // the heartbeater, and a middleware that records running tasks, durations,
 // progress and crash accounting around handlers (task type → handler; a

@@ -1,4 +1,4 @@
-// Package schedule owns periodic tasks (DESIGN.md §11, README "Periodic
+// Package schedule owns periodic tasks (docs/design.md §11, README "Periodic
 // tasks"): schedules kept in Redis (Store: create, update, delete, pause,
 // trigger, and the ones of a configuration file), and the Scheduler that
 // fires them on the leader only.

@@ -12,7 +12,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 )
 
-// Event types and topic of schedules (DESIGN.md §8).
+// Event types and topic of schedules (docs/design.md §8).
 const (
 	EventFired  = "schedule_fired"
 	EventMissed = "schedule_missed"

@@ -15,7 +15,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 )
 
-// access is how an operation is guarded (DESIGN.md §7).
+// access is how an operation is guarded (docs/design.md §7).
 type access string
 
 const (
@@ -86,7 +86,7 @@ type refusal struct {
 	wait   time.Duration // 429: Retry-After
 }
 
-// authMiddleware enforces DESIGN.md §7 per operation, before any input is
+// authMiddleware enforces docs/design.md §7 per operation, before any input is
 // read.
 func (s *server) authMiddleware(api huma.API) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {

@@ -19,7 +19,7 @@ import (
 	"github.com/vigil-dev/vigil/metrics"
 )
 
-// Defaults of SSEConfig (DESIGN.md §10).
+// Defaults of SSEConfig (docs/design.md §10).
 const (
 	SSEMaxClientsDefault = 10_000
 	// SSEMaxClientsPerAddressDefault: a dashboard tab holds one stream.

@@ -1,8 +1,8 @@
-// Package server is Vigil's embeddable admin server (DESIGN.md §7): New
+// Package server is Vigil's embeddable admin server (docs/design.md §7): New
 // returns an http.Handler (a *Server, to Close when done) with the Huma v2
 // API (workers, queues, jobs, health, session), the OpenAPI spec, Swagger
 // UI and the dashboard from package web, and the live event stream
-// (DESIGN.md §8). A host program mounts it under any prefix.
+// (docs/design.md §8). A host program mounts it under any prefix.
 //
 // The event stream (broker*.go, events*.go): one goroutine per server
 // reads the Redis stream vigil:events with a blocking XREAD and fans each

@@ -76,7 +76,7 @@ func publicError(err error) string {
 // hostPort finds what still looks like an address with a port.
 var hostPort = regexp.MustCompile(`(\[[0-9A-Fa-f:.]+\]|(\d{1,3}\.){3}\d{1,3}|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+):\d{1,5}\b`)
 
-// announce appends an action event (DESIGN.md §8) for what an operator
+// announce appends an action event (docs/design.md §8) for what an operator
 // did. The state change itself is already written and announced; a failure
 // here is only logged.
 func (s *server) announce(ctx context.Context, topic, action, target, result string) {

@@ -157,7 +157,7 @@ var eventTypes = map[string]any{
 	schedule.EventMissed:      ScheduleMissedEvent{},
 }
 
-const eventsDescription = `Server-sent events (DESIGN.md §8). On connect, one ` + "`snapshot`" + ` per matching topic that exists
+const eventsDescription = `Server-sent events (docs/design.md §8). On connect, one ` + "`snapshot`" + ` per matching topic that exists
 (its current state, read from Redis), then every change in the order of the Redis stream ` + "`vigil:events`" + `,
 from every host of the cluster. Each message's ` + "`id`" + ` is a stream id; a job event is one entry under the job's topic
 that is also queue:jobs's, and its queue:jobs message comes right after with that id and ` + "`.1`" + ` (a snapshot carries the id of the

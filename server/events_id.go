@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// streamID is the SSE id of an event (DESIGN.md §8): a Redis stream entry
+// streamID is the SSE id of an event (docs/design.md §8): a Redis stream entry
 // id, <ms>-<seq>, and for the second event of an entry that is also
 // another topic's (health.EntryAlso: a job event, also on queue:jobs)
 // that id with ".1" (n = 1). They order as the events are sent: an

@@ -10,7 +10,7 @@ import (
 	"github.com/vigil-dev/vigil/schedule"
 )
 
-// Topics of the event stream (DESIGN.md §8) that are not built from a name.
+// Topics of the event stream (docs/design.md §8) that are not built from a name.
 const (
 	TopicQueues = "queue:status"
 	TopicJobs   = queue.TopicJobs

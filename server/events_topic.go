@@ -23,7 +23,7 @@ const (
 // errPattern is wrapped by every refusal of a topic pattern.
 var errPattern = errors.New("invalid topic pattern")
 
-// pattern is one parsed topic pattern (DESIGN.md §8): segments separated by
+// pattern is one parsed topic pattern (docs/design.md §8): segments separated by
 // ':', where "*" stands for one or more whole segments.
 type pattern []string
 

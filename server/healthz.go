@@ -12,7 +12,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 )
 
-// Overall health (DESIGN.md §7).
+// Overall health (docs/design.md §7).
 const (
 	StatusHealthy  = "healthy"
 	StatusDegraded = "degraded"

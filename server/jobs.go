@@ -37,7 +37,7 @@ type Job struct {
 	LastError        string          `json:"last_error,omitempty" example:"toxic: worker crashed 3 times" doc:"Error of the last failed attempt"`
 	LastFailedAt     int64           `json:"last_failed_at,omitempty" doc:"When the last attempt failed (Unix ms)"`
 	Crashes          int             `json:"crashes" example:"0" doc:"Workers that died while running it (its crash counter; cleared when it is archived as toxic)"`
-	Toxic            bool            `json:"toxic" doc:"Archived because it crashed its workers too often (DESIGN.md §6)"`
+	Toxic            bool            `json:"toxic" doc:"Archived because it crashed its workers too often (docs/design.md §6)"`
 	ToxicReason      string          `json:"toxic_reason,omitempty" example:"toxic: worker crashed 3 times" doc:"Why it is toxic"`
 	TimeoutS         float64         `json:"timeout_seconds,omitempty" doc:"The task's own per-attempt timeout in seconds (asynq gives 1800 to a task enqueued with neither timeout nor deadline)"`
 	EffectiveTimeout float64         `json:"effective_timeout_seconds,omitempty" doc:"The per-attempt timeout a worker of this pool applies (job detail only): the task's own, else the pool's task_timeout, capped by max_task_timeout; absent when only the deadline bounds it"`

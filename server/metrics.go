@@ -4,7 +4,7 @@ import (
 	"net/http"
 )
 
-// metricsHandler serves GET /metrics (DESIGN.md §7): Prometheus's text
+// metricsHandler serves GET /metrics (docs/design.md §7): Prometheus's text
 // format from Config.Metrics's registry. It is a plain handler, not an
 // operation of the OpenAPI spec (its body is not JSON); it is a read, so
 // auth_reads puts it behind the token like the API's reads (Prometheus

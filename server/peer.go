@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// The request's peer and what proxies say about the client (DESIGN.md §7).
+// The request's peer and what proxies say about the client (docs/design.md §7).
 // Forwarding headers are believed only from Config.TrustedProxies.
 
 // peerAddr is the TCP peer's address (invalid if RemoteAddr is not an

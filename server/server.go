@@ -27,7 +27,7 @@ import (
 
 // Defaults of Config.
 const (
-	MaxBodyDefault    = 1 << 20 // 1 MiB (DESIGN.md §7)
+	MaxBodyDefault    = 1 << 20 // 1 MiB (docs/design.md §7)
 	SessionTTLDefault = 12 * time.Hour
 	// ReadyTimeout bounds the Redis ping of /readyz and /api/v1/health.
 	ReadyTimeout = time.Second
@@ -71,7 +71,7 @@ type Config struct {
 	Queues []string
 
 	// Token is the bearer token ("" = none: mutations only from this host,
-	// see DESIGN.md §7).
+	// see docs/design.md §7).
 	Token     string
 	AuthReads bool
 	ReadOnly  bool

@@ -113,7 +113,7 @@ func refusal(w *worker, ev event) error {
 }
 
 // Restart starts the component again now, bypassing backoff and not counted
-// (DESIGN.md §5). A running one is stopped gracefully first; a failed one
+// (docs/design.md §5). A running one is stopped gracefully first; a failed one
 // gets its window and consecutive count cleared (lifetime kept); a held one
 // is released.
 func (s *Supervisor) Restart(ctx context.Context, id health.ComponentID) (health.Component, error) {

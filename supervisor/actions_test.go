@@ -12,7 +12,7 @@ import (
 )
 
 // TestOperatorActions walks one worker through reset and restart
-// (DESIGN.md §5, §7): a reset of a running worker is refused, an operator
+// (docs/design.md §5, §7): a reset of a running worker is refused, an operator
 // restart of a failed one keeps lifetime_restarts and clears the rest, a
 // reset clears everything and holds it stopped, and reset with restart
 // starts it.

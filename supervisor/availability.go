@@ -7,7 +7,7 @@ import (
 
 // availability is the monitor's judgement of whether Redis answers, made
 // from the monitor's own calls (no separate probe while Redis answers). It
-// decides when a heartbeat may be judged (DESIGN.md §11, issue 17 item 2):
+// decides when a heartbeat may be judged (docs/design.md §11, issue 17 item 2):
 // only if the shard that holds the heartbeat answered for the whole TTL
 // before the deadline. A worker cannot beat while its shard does not
 // answer, so a key that expired during an outage or a stall says nothing

@@ -77,7 +77,7 @@ func crashLoop(t testing.TB, fake *clock.Fake, delays ...time.Duration) {
 	}
 }
 
-// TestBackoffDelaysAndRapidLimit is DESIGN.md §5's worked example on a
+// TestBackoffDelaysAndRapidLimit is docs/design.md §5's worked example on a
 // worker that exits 1 at once: restarts after exactly 1, 2, 4 and 8 s; the
 // 5th crash within the window makes it failed with lifetime_restarts 4, and
 // nothing is scheduled or spawned after that.

@@ -17,7 +17,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 )
 
-// Fields of the control hash this file owns (DESIGN.md §3, §10, §11).
+// Fields of the control hash this file owns (docs/design.md §3, §10, §11).
 const (
 	fieldPoolPrefix  = "pool:"
 	fieldPoolsConfig = "pools_config"
@@ -58,7 +58,7 @@ type clusterState struct {
 	renewFailed  bool                // the last renewal failed: it may have run unanswered
 }
 
-// joinCluster registers this host (DESIGN.md §11): a live record with this
+// joinCluster registers this host (docs/design.md §11): a live record with this
 // id is refused, unless it is an earlier instance on this machine whose
 // process is gone. It then applies the configured pool sizes if they differ
 // from the ones the last configuration applied.
@@ -135,7 +135,7 @@ func (s *Supervisor) poolsSignature() string {
 }
 
 // applyPoolSizes writes this host's configured pool sizes to the cluster if
-// they differ from those the last configuration applied (DESIGN.md §10);
+// they differ from those the last configuration applied (docs/design.md §10);
 // sizes set through the API since then hold otherwise. With ifLost, only
 // if no configuration is applied (Redis lost it): the writes after a loss
 // put back what is gone, not this host's configuration over a newer one

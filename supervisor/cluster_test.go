@@ -326,7 +326,7 @@ func TestClusterHostSIGKILL(t *testing.T) {
 
 // TestHostRestartedAfterSIGKILLComesBackAtOnce: a host SIGKILLed and started
 // again with the same id on this machine does not wait for its old record
-// or leases to expire (DESIGN.md §11, first rule): its slots run again as
+// or leases to expire (docs/design.md §11, first rule): its slots run again as
 // soon as the old workers are gone, restarts not counted.
 func TestHostRestartedAfterSIGKILLComesBackAtOnce(t *testing.T) {
 	env := testredis.New(t)

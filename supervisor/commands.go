@@ -15,7 +15,7 @@ import (
 	"github.com/vigil-dev/vigil/health"
 )
 
-// Operator actions work from any host (DESIGN.md §11): an action on a
+// Operator actions work from any host (docs/design.md §11): an action on a
 // component this host does not hold is sent to the host whose lease holds
 // it, through that host's command list, and the answer comes back on a
 // reply list.

@@ -16,7 +16,7 @@ import (
 	"github.com/vigil-dev/vigil/policy"
 )
 
-// Defaults of DESIGN.md §4 and §10.
+// Defaults of docs/design.md §4 and §10.
 const (
 	StopTimeoutDefault = 10 * time.Second
 	LeaseDefault       = 15 * time.Second
@@ -56,7 +56,7 @@ type Heartbeat struct {
 }
 
 // Recoverer puts back the tasks a dead worker was running. The supervisor
-// calls it only after it has reaped the process with that pid (DESIGN.md
+// calls it only after it has reaped the process with that pid (docs/design.md
 // §9: on a live worker it would make tasks run twice). Package queue
 // implements it.
 //
@@ -85,7 +85,7 @@ type Alerter interface {
 
 // Config configures a Supervisor.
 type Config struct {
-	Host     string // host id (DESIGN.md §2)
+	Host     string // host id (docs/design.md §2)
 	Instance string // random id of this start; "" = generated
 	RedisURL string // handed to children as VIGIL_REDIS_URL
 	Prefix   string

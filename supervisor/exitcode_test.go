@@ -10,7 +10,7 @@ import (
 )
 
 // TestExitCodesRecorded runs a real worker per way of dying and checks what
-// the crash record says (DESIGN.md §4.3). The backoff is an hour, so the
+// the crash record says (docs/design.md §4.3). The backoff is an hour, so the
 // crashed record stays for the test to read.
 func TestExitCodesRecorded(t *testing.T) {
 	t.Parallel()

@@ -14,7 +14,7 @@ import (
 
 // TestHangDetectedAmongLiveKeys: on a real Redis holding 1,000 other live
 // TTL keys, where Redis itself would announce an expiry seconds late
-// (DESIGN.md §9), a hung worker is marked crashed within a generous bound
+// (docs/design.md §9), a hung worker is marked crashed within a generous bound
 // of the moment its heartbeat key expires, because the monitor reads the
 // key at its deadline.
 func TestHangDetectedAmongLiveKeys(t *testing.T) {

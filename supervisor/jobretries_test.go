@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/vigil-dev/vigil/config"
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/supervisor"
 )
 

@@ -18,7 +18,7 @@ import (
 
 // TestChildrenDieWithSupervisor SIGKILLs a supervisor running in a process
 // of its own and checks that none of its children outlives it by more than
-// VIGIL_SHUTDOWN_TIMEOUT + 1 s (DESIGN.md §4.1, §4.6): the parent-death
+// VIGIL_SHUTDOWN_TIMEOUT + 1 s (docs/design.md §4.1, §4.6): the parent-death
 // signal reaches each, whichever of the supervisor's threads forked it.
 func TestChildrenDieWithSupervisor(t *testing.T) {
 	t.Parallel()

@@ -71,7 +71,7 @@ func notRunning(w health.WorkerView) bool {
 // TestRedisOutageKillsNothing: Redis goes away for more than two TTLs and
 // comes back empty. No worker is killed or restarted, nothing is counted,
 // and the records, restart history included, are written again from what
-// the supervisor holds (DESIGN.md §11).
+// the supervisor holds (docs/design.md §11).
 func TestRedisOutageKillsNothing(t *testing.T) {
 	t.Parallel()
 	h, srv := outageHarness(t, 3)

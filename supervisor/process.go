@@ -104,7 +104,7 @@ func inherited(environ, extra []string) []string {
 }
 
 // workerEnv builds the child's environment: the allowed part of the
-// supervisor's, the pool's env, then the VIGIL_* variables of DESIGN.md
+// supervisor's, the pool's env, then the VIGIL_* variables of docs/design.md
 // §4.1 (later entries win).
 func (s *Supervisor) workerEnv(p *Pool, id health.ComponentID, spawn string) []string {
 	env := inherited(os.Environ(), s.cfg.InheritEnv)

@@ -17,7 +17,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/clock"
 )
 
-// Descendants of workers (DESIGN.md §4.5, issue 18 row 4). When a worker's
+// Descendants of workers (docs/design.md §4.5, issue 18 row 4). When a worker's
 // leader exits — crash or stop — whatever it left behind gets SIGTERM, then
 // SIGKILL once stop_timeout has passed since the first SIGTERM its group got.
 // Nothing a worker started outlives it:

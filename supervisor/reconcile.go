@@ -12,7 +12,7 @@ import (
 )
 
 // adopt takes over what Redis says about a component whose slot this host
-// has just claimed (DESIGN.md §4.6, §11) and starts it if it should run.
+// has just claimed (docs/design.md §4.6, §11) and starts it if it should run.
 // Restarts made here are not counted. claimedAt is when the claim that took
 // the slot's lease was sent (real time).
 func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedAt time.Time) {

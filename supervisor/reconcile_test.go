@@ -12,7 +12,7 @@ import (
 )
 
 // TestStartupReconcile starts a supervisor on records an earlier one of the
-// same host left behind (DESIGN.md §4.6): running ones whose process is gone
+// same host left behind (docs/design.md §4.6): running ones whose process is gone
 // are marked crashed (reason supervisor restart), stopping ones stopped,
 // and all are started again without their restart counts moving; one whose
 // old process still lives waits for it; failed and held ones stay down.

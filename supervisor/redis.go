@@ -21,7 +21,7 @@ const probeInterval = 250 * time.Millisecond
 const probeBudget = 3
 
 // redisFailed marks Redis unreachable after a failed call. From now until it
-// answers again nothing is judged by heartbeat (DESIGN.md §11: no worker is
+// answers again nothing is judged by heartbeat (docs/design.md §11: no worker is
 // killed for a heartbeat it could not write), records are kept in memory,
 // and process exits are still handled (those of processes started during
 // the outage not counted).

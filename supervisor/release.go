@@ -160,7 +160,7 @@ func (s *Supervisor) removeLater(ctx context.Context, rec health.Component) erro
 	return err
 }
 
-// fence stops w at once: its lease is another host's now (DESIGN.md §11).
+// fence stops w at once: its lease is another host's now (docs/design.md §11).
 // Invariant 2 of issue 12 (no process outlives its supervisor's hold on the
 // slot by more than stop_timeout): the SIGKILL is armed once, here.
 // SIGTERM lets the worker hand back what it runs; SIGKILL follows at

@@ -138,7 +138,7 @@ func (s *Supervisor) Store() *health.Store { return s.store }
 // Clock returns the supervisor's clock.
 func (s *Supervisor) Clock() clock.Clock { return s.cfg.Clock }
 
-// Start reconciles what Redis says this host ran (DESIGN.md §4.6) and
+// Start reconciles what Redis says this host ran (docs/design.md §4.6) and
 // starts the pools. It fails, starting nothing, when Redis does not answer.
 func (s *Supervisor) Start(ctx context.Context) error {
 	s.mu.Lock()
@@ -186,7 +186,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // SIGKILLed what was left, for the monitor to see those exits and finish.
 const stopGrace = time.Second
 
-// Stop shuts the host's workers down in parallel (DESIGN.md §4.5): each gets
+// Stop shuts the host's workers down in parallel (docs/design.md §4.5): each gets
 // SIGTERM, then SIGKILL after stop_timeout; crashed ones waiting for a
 // restart are stopped; then the leases are released. It returns once every
 // child has exited, or when ctx ends: then it SIGKILLs every process group

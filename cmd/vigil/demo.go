@@ -14,8 +14,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/vigil-dev/vigil/config"
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/queue"
 	"github.com/vigil-dev/vigil/supervisor"
 )

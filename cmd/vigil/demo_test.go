@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vigil-dev/vigil/internal/config"
+	"github.com/vigil-dev/vigil/config"
 )
 
 // -chaos-queues names pools of the demo: every pool when empty, each

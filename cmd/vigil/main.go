@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/vigil-dev/vigil/internal/ctl"
+	"github.com/vigil-dev/vigil/cmd/vigil/internal/ctl"
 )
 
 // version is set at build time (-ldflags "-X main.version=…").

@@ -60,7 +60,7 @@ func TestServeWithACLUser(t *testing.T) {
 
 // TestServeOnRedisCluster runs a supervisor, its workers, the fast requeue,
 // pause/resume and the event stream on a local 3-node Redis Cluster
-// (DESIGN.md §9: miniredis cannot see CROSSSLOT errors). Integration suite
+// (docs/design.md §9: miniredis cannot see CROSSSLOT errors). Integration suite
 // only (make test-redis).
 func TestServeOnRedisCluster(t *testing.T) {
 	c := testredis.StartCluster(t)

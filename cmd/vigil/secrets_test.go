@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/vigil-dev/vigil/config"
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/supervisor"
 )

@@ -17,7 +17,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 
 	"github.com/vigil-dev/vigil"
-	"github.com/vigil-dev/vigil/internal/config"
+	"github.com/vigil-dev/vigil/config"
 	"github.com/vigil-dev/vigil/internal/redisconn"
 	"github.com/vigil-dev/vigil/supervisor"
 )
@@ -25,7 +25,7 @@ import (
 func serveCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("vigil serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("config", "", "YAML configuration file (DESIGN.md §10)")
+	path := fs.String("config", "", "YAML configuration file (docs/design.md §10)")
 	flags := config.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err

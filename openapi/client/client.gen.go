@@ -1008,7 +1008,7 @@ type Job struct {
 	// TimeoutSource Where effective_timeout_seconds comes from (job detail only): the task's own timeout or deadline, the pool's task_timeout (the task had asynq's implicit 30 minutes), asynq's 30 minutes, or the pool's max_task_timeout
 	TimeoutSource *JobTimeoutSource `json:"timeout_source,omitempty"`
 
-	// Toxic Archived because it crashed its workers too often (DESIGN.md §6)
+	// Toxic Archived because it crashed its workers too often (docs/design.md §6)
 	Toxic bool `json:"toxic"`
 
 	// ToxicReason Why it is toxic
@@ -1968,7 +1968,7 @@ type ClientInterface interface {
 
 	// StreamEvents Live events (SSE)
 	//
-	// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
+	// Server-sent events (docs/design.md §8). On connect, one `snapshot` per matching topic that exists
 	// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
 	// from every host of the cluster. Each message's `id` is a stream id; a job event is one entry under the job's topic
 	// that is also queue:jobs's, and its queue:jobs message comes right after with that id and `.1` (a snapshot carries the id of the
@@ -2324,7 +2324,7 @@ type ClientInterface interface {
 
 // StreamEvents Live events (SSE)
 //
-// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
+// Server-sent events (docs/design.md §8). On connect, one `snapshot` per matching topic that exists
 // (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
 // from every host of the cluster. Each message's `id` is a stream id; a job event is one entry under the job's topic
 // that is also queue:jobs's, and its queue:jobs message comes right after with that id and `.1` (a snapshot carries the id of the
@@ -4960,7 +4960,7 @@ type ClientWithResponsesInterface interface {
 
 	// StreamEventsWithResponse Live events (SSE)
 	//
-	// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
+	// Server-sent events (docs/design.md §8). On connect, one `snapshot` per matching topic that exists
 	// (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
 	// from every host of the cluster. Each message's `id` is a stream id; a job event is one entry under the job's topic
 	// that is also queue:jobs's, and its queue:jobs message comes right after with that id and `.1` (a snapshot carries the id of the
@@ -8911,7 +8911,7 @@ func (r ReadyzResponse) ContentType() string {
 
 // StreamEventsWithResponse Live events (SSE)
 //
-// Server-sent events (DESIGN.md §8). On connect, one `snapshot` per matching topic that exists
+// Server-sent events (docs/design.md §8). On connect, one `snapshot` per matching topic that exists
 // (its current state, read from Redis), then every change in the order of the Redis stream `vigil:events`,
 // from every host of the cluster. Each message's `id` is a stream id; a job event is one entry under the job's topic
 // that is also queue:jobs's, and its queue:jobs message comes right after with that id and `.1` (a snapshot carries the id of the

@@ -1,6 +1,6 @@
 // Command testsupervisor runs a Supervisor in a process of its own, for the
 // supervisor tests that SIGKILL a supervisor and check that its children
-// do not outlive it (DESIGN.md §4.1, §4.6).
+// do not outlive it (docs/design.md §4.1, §4.6).
 //
 //	testsupervisor -redis URL -prefix P -worker PATH [-mode M] [-workers N] [-stop-timeout D] [-host H -lease D -interval D -ttl D -cluster]
 //

@@ -101,7 +101,7 @@ func main() {
 		}
 	}
 	if _, err := hb.Beat(ctx); err != nil {
-		// A real worker keeps going when Redis is away (DESIGN.md §4.2);
+		// A real worker keeps going when Redis is away (docs/design.md §4.2);
 		// beat and ignore-term do too, so that they can be started during
 		// an outage.
 		if (mode != "beat" && mode != "ignore-term" && mode != "needredis") || errors.Is(err, health.ErrStale) {

@@ -16,7 +16,7 @@ import (
 // errLimit ends the stream after --limit events.
 var errLimit = errors.New("limit reached")
 
-// sseMessage is one event of the stream (DESIGN.md §8).
+// sseMessage is one event of the stream (docs/design.md §8).
 type sseMessage struct {
 	ID    string          `json:"id"`
 	Event string          `json:"event"`

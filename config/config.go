@@ -1,4 +1,4 @@
-// Package config reads `vigil serve`'s configuration (DESIGN.md §10): a YAML
+// Package config reads `vigil serve`'s configuration (docs/design.md §10): a YAML
 // file, then VIGIL_* environment variables, then flags, each winning over
 // the one before. Unknown fields are errors, and every error names the
 // field.
@@ -187,7 +187,7 @@ type Backpressure struct {
 	PauseInterval Duration `yaml:"pause_interval"`
 }
 
-// Default returns the configuration with every default of DESIGN.md §10.
+// Default returns the configuration with every default of docs/design.md §10.
 func Default() Config {
 	return Config{
 		Listen:  "127.0.0.1:8080",

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/vigil-dev/vigil/cmd/vigil/internal/ctl"
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/ctl"
 	"github.com/vigil-dev/vigil/internal/testredis"
 	"github.com/vigil-dev/vigil/server"
 	"github.com/vigil-dev/vigil/supervisor"

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vigil-dev/vigil/internal/ctl"
+	"github.com/vigil-dev/vigil/cmd/vigil/internal/ctl"
 )
 
-// fakeStream serves the SSE protocol of DESIGN.md §8: the first connection
+// fakeStream serves the SSE protocol of docs/design.md §8: the first connection
 // sends a snapshot and one change, then drops; the reconnection must carry
 // Last-Event-ID and gets the next change.
 func fakeStream(t *testing.T) (*httptest.Server, *[]*http.Request) {

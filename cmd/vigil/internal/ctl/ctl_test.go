@@ -7,8 +7,8 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/vigil-dev/vigil/cmd/vigil/internal/ctl"
 	"github.com/vigil-dev/vigil/health"
-	"github.com/vigil-dev/vigil/internal/ctl"
 	"github.com/vigil-dev/vigil/policy"
 )
 
