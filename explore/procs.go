@@ -153,17 +153,6 @@ func (t *procTable) read(pid int) (proc, bool) {
 	return proc{pid: pid, ppid: ppid, state: state, start: start, comp: env[0], host: env[1], prefix: env[2]}, true
 }
 
-// forget drops the environments of processes no longer listed.
-func (t *procTable) forget(live map[[2]uint64]bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for k := range t.env {
-		if !live[k] {
-			delete(t.env, k)
-		}
-	}
-}
-
 // bootTime is when the machine booted (/proc/stat btime): process start
 // times in /proc/<pid>/stat count clock ticks from it.
 var bootTime = func() time.Time {

@@ -58,12 +58,6 @@ func (v *verdict) all() []Violation {
 	return append([]Violation(nil), v.list...)
 }
 
-func (v *verdict) failed() bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return len(v.list) > 0
-}
-
 // violate records a violation found now.
 func (w *world) violate(inv int, format string, args ...any) {
 	x := Violation{Invariant: inv, Evidence: fmt.Sprintf(format, args...), At: w.clock()}

@@ -2,7 +2,6 @@ package explore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -372,15 +371,6 @@ func (w *world) describeSlots() string {
 	return s
 }
 
-func (w *world) hostByID(id string) *host {
-	for _, h := range w.hosts {
-		if h.id == id {
-			return h
-		}
-	}
-	return nil
-}
-
 // teardown kills whatever is left and frees every resource.
 func (w *world) teardown() {
 	w.stopBackground()
@@ -438,8 +428,6 @@ func (w *world) killStragglers() {
 		time.Sleep(20 * time.Millisecond) // waiting for another process to die
 	}
 }
-
-var errNoProcess = errors.New("no such process")
 
 // stopBackground closes done once: background work (host restarts, the
 // job stream) gives up.

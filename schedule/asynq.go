@@ -5,7 +5,6 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -179,5 +178,3 @@ func entryID(prefix, name string) string { return prefix + name }
 // schedulerID is the asynq scheduler id the leader writes the entries
 // under: one per Vigil cluster (its key prefix), whichever host leads.
 func schedulerID(prefix string) string { return prefix + "scheduler" }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

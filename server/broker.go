@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -266,9 +267,9 @@ func (b *broker) acquire(addr string) (status int, why string) {
 	case b.closed:
 		return http.StatusServiceUnavailable, "the admin server is shutting down"
 	case b.serving >= b.cfg.MaxClients:
-		return http.StatusServiceUnavailable, "too many event clients (sse.max_clients = " + itoa(b.cfg.MaxClients) + "); try again later"
+		return http.StatusServiceUnavailable, "too many event clients (sse.max_clients = " + strconv.Itoa(b.cfg.MaxClients) + "); try again later"
 	case b.perAddr[addr] >= b.cfg.MaxClientsPerAddress:
-		return http.StatusTooManyRequests, "too many event streams from this address (sse.max_clients_per_address = " + itoa(b.cfg.MaxClientsPerAddress) + ")"
+		return http.StatusTooManyRequests, "too many event streams from this address (sse.max_clients_per_address = " + strconv.Itoa(b.cfg.MaxClientsPerAddress) + ")"
 	}
 	b.serving++
 	b.perAddr[addr]++

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -86,5 +85,3 @@ func (s *server) announce(ctx context.Context, topic, action, target, result str
 		s.log.WarnContext(ctx, "announce action", "action", action, "target", target, slog.Any("err", err))
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

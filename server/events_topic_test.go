@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -83,7 +84,7 @@ func TestSubscription(t *testing.T) {
 	}
 	many := make([]string, MaxPatterns+1)
 	for i := range many {
-		many[i] = "job:q:" + string(rune('a'+i%26)) + itoa(i)
+		many[i] = "job:q:" + string(rune('a'+i%26)) + strconv.Itoa(i)
 	}
 	if _, err := parseSubscription(many); !errors.Is(err, errPattern) {
 		t.Errorf("%d patterns: %v", len(many), err)

@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -97,5 +98,5 @@ func (g *loginGuard) note(client, what string, now time.Time) {
 // retryAfter formats d for a Retry-After header (whole seconds, rounded
 // up).
 func retryAfter(d time.Duration) string {
-	return itoa(int(math.Ceil(d.Seconds())))
+	return strconv.Itoa(int(math.Ceil(d.Seconds())))
 }

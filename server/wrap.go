@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,7 +40,7 @@ func (s *server) wrap(mux *http.ServeMux) http.Handler {
 			// has no such rest: net/http closes the connection itself when
 			// more than 256 KB of it is left.
 			w.Header().Set("Connection", "close")
-			writeProblem(w, http.StatusRequestEntityTooLarge, "request body is too large limit="+itoa(int(s.cfg.MaxBody))+" bytes")
+			writeProblem(w, http.StatusRequestEntityTooLarge, "request body is too large limit="+strconv.Itoa(int(s.cfg.MaxBody))+" bytes")
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {
@@ -140,7 +141,7 @@ type problem struct {
 func writeProblem(w http.ResponseWriter, status int, detail string) {
 	b, _ := json.Marshal(problem{Title: http.StatusText(status), Status: status, Detail: detail})
 	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Content-Length", itoa(len(b)))
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }

@@ -235,10 +235,7 @@ func TestDataLossDuringAStallLongerThanTheLease(t *testing.T) {
 
 	p.Stall(true)
 	keys := direct.Keys()
-	var lost []string
-	for _, k := range []string{keys.Host(h.cfg.Host), keys.Component(stopped), keys.Component(running)} {
-		lost = append(lost, k)
-	}
+	lost := []string{keys.Host(h.cfg.Host), keys.Component(stopped), keys.Component(running)}
 	if err := direct.Client().Del(ctx, lost...).Err(); err != nil {
 		t.Fatal(err)
 	}

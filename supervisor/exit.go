@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/vigil-dev/vigil/health"
@@ -138,7 +139,7 @@ func (s *Supervisor) recordNamesAnother(w *worker, pid int) (string, bool) {
 	if !p.Status.Running() || (p.PID == 0 || p.PID == pid) && (p.Instance == "" || p.Instance == s.cfg.Instance) {
 		return "", false
 	}
-	return "pid " + itoa(p.PID) + " of instance " + quoteShort(p.Instance), true
+	return "pid " + strconv.Itoa(p.PID) + " of instance " + quoteShort(p.Instance), true
 }
 
 // exitStale handles an exit that is not counted because this host may not
@@ -258,7 +259,7 @@ func exitReason(code int, sig string) string {
 	if sig != "" {
 		return "killed by " + sig
 	}
-	return "exited with code " + itoa(code)
+	return "exited with code " + strconv.Itoa(code)
 }
 
 // crashed records a crash and applies the policy: a restart timer

@@ -50,9 +50,7 @@ func TestRecoveryCompletesOnASlowLink(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("task state %q %s after its worker's crash, want pending", st, waitTimeout)
 		}
-		select {
-		case <-time.After(50 * time.Millisecond): // polling Redis, not waiting for a goroutine
-		}
+		<-time.After(50 * time.Millisecond) // polling Redis, not waiting for a goroutine
 	}
 }
 

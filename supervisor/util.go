@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"strconv"
 	"syscall"
 )
 
@@ -9,5 +8,3 @@ const (
 	sigKill = syscall.SIGKILL
 	sigTerm = syscall.SIGTERM
 )
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -142,7 +142,6 @@ func main() {
 					if _, err := w.Write(buf); err != nil {
 						return err
 					}
-					buf = buf[:0]
 					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 					select {} // dying
 				}
