@@ -29,7 +29,10 @@ type share struct {
 // nobody took for a whole tick are taken one more per tick.
 //
 // Which leases it reads keeps the control plane's cost proportional to
-// the slots, not to slots × hosts (issue 14, P8). In steady state a tick
+// the slots, not to slots × hosts (BenchmarkControlPlane; the watcher
+// rules: TestLateHostWatchedByOneHost, TestHostGoneUnwatchedIsScannedFor,
+// TestLateHostWatchedForEachOfItsQueues). In steady state a tick
+
 // reads only the free set (Keys.Free: slots released, or seen free by a
 // scan and not taken), then the leases of its members. All of them are
 // read (a scan) when slots may have come free unseen: at the first tick,

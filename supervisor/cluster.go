@@ -68,11 +68,11 @@ func (s *Supervisor) joinCluster(ctx context.Context) error {
 	c.takeover = s.cfg.Host + "/"
 	c.started = s.cfg.Clock.Now()
 	// A start that Redis does not answer is tried again and again; its
-	// earlier instance's frozen orphans must not wait for Redis meanwhile
-	// (explorer seed 171702, invariant 2: the earlier instance was
-	// SIGKILLed during a 17 s outage, every start of the next one failed
-	// reading Redis, and a frozen orphan outlived its supervisor by 2.35
-	// s). A start that fails before it could read this host's record
+	// earlier instance's frozen orphans must not wait for Redis meanwhile:
+	// no worker outlives its supervisor by more than stop_timeout + 1 s,
+	// and an outage can last longer than that, every start failing as it
+	// reads Redis (TestRestartedHostKillsItsFrozenOrphanDuringAnOutage).
+	// A start that fails before it could read this host's record
 	// cannot tell them from a live instance's (a second vigil with this
 	// host id on this machine, refused once Redis answers): those frozen
 	// workers, if any, are killed too. A start that reads the record kills
@@ -250,8 +250,9 @@ func (s *Supervisor) earlierWorkers() map[health.ComponentID]int {
 // and key prefix (the workers' VIGIL_HOST, VIGIL_REDIS_URL, VIGIL_PREFIX),
 // and returns how many. A start that fails before its supervisor joins the
 // cluster (Redis does not answer) calls it: a frozen orphan cannot act on
-// its parent-death signal, and nothing else kills it until Redis answers
-// (fault explorer E54, invariant 2). It cannot tell them from the workers
+// its parent-death signal, and nothing else kills it until Redis answers,
+// while no worker may outlive its supervisor by more than stop_timeout +
+// 1 s (TestKillFrozenOrphans). It cannot tell them from the workers
 // of a live vigil with this host id on this machine, which a start that
 // reads Redis refuses (ErrHostInUse): those, if stopped, are killed too.
 func KillFrozenOrphans(host, redisURL, prefix string, log *slog.Logger) int {
@@ -268,14 +269,18 @@ func KillFrozenOrphans(host, redisURL, prefix string, log *slog.Logger) int {
 // another instance), by slot, and SIGKILLs the frozen ones (SIGSTOP). A
 // frozen process does no work and is going anyway (see afterOld); its slot
 // may go to other hosts, which kill such a process only when they take the
-// slot, a lease and a tick after the instance died: more than invariant 2
-// allows an orphan (stop_timeout + 1 s; fault explorer E34, seed 94415).
+// slot, a lease and a tick after the instance died: longer than an orphan
+// may outlive its supervisor (stop_timeout + 1 s), so the new instance
+// kills them whichever slots it takes
+// (TestRestartedHostKillsFrozenOrphansOfSlotsItDoesNotTake).
 // The others end on their parent-death signal within stop_timeout; a slot
 // the new instance takes whose record Redis lost waits for its process
-// (adopt), not only one a record names (E48, miniredis seed 141160: after
-// a FLUSHALL no record named the frozen orphan, which outlived its
-// supervisor by 2.3 s while the new instance started a second process for
-// its slot). The frozen ones killed are counted, not returned.
+// (adopt), not only one a record names: after a data loss no record names
+// the orphan, and without this the frozen one would outlive its
+// supervisor while the new instance started a second process for its slot
+// (TestRestartedHostAfterADataLossStopsItsOrphans). The frozen ones killed
+// are counted, not returned.
+
 func earlierWorkersOf(host, redisURL, prefix, instance string, log *slog.Logger) (found map[health.ComponentID]int, killed int) {
 	found = map[health.ComponentID]int{}
 	ents, err := os.ReadDir("/proc")

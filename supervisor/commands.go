@@ -44,7 +44,9 @@ const forwardTimeout = 30 * time.Second
 // forwardWait bounds how long a forwarded action waits for its answer: the
 // holder answers once the stop it runs has ended (stop_timeout at most), so
 // with the last wait's second (BLPOP waits whole seconds) every action is
-// answered within stop_timeout + 2 s (invariant 6 of issue 12).
+// answered within stop_timeout + 2 s, whether or not the holder ever
+// answers (TestForwardWaitIsBounded).
+
 func (s *Supervisor) forwardWait() time.Duration { return s.cfg.StopTimeout + time.Second }
 
 // ErrNoOwner is returned for an action on a component no live host holds.

@@ -73,9 +73,10 @@ func (s *Supervisor) release(w *worker, reason string) {
 }
 
 // forget drops t's worker from this host, releasing its lease if asked.
-// Invariant 1 of issue 12 (never two processes for one slot): a lease is
-// released only here, once the worker has no process (after its exit, or
-// at once for one that had none).
+// Never two processes for one slot: a lease is released only here, once
+// the worker has no process (after its exit, or at once for one that had
+// none), so no other host can take the slot while our process still runs
+// it (TestRestartDuringReleaseIsRefused).
 func (s *Supervisor) forget(t step, releaseLease bool) {
 	w := t.w
 	s.disarmAll(w)
@@ -88,8 +89,10 @@ func (s *Supervisor) forget(t step, releaseLease bool) {
 		s.cluster.unreleased = append(s.cluster.unreleased, w.rec)
 		return
 	}
-	// A slot beyond its shrunk pool goes for good, its lease with it
-	// (issue 20); if Redis refuses, it is only released.
+	// A slot beyond its shrunk pool goes for good, its lease with it: its
+	// keys are removed, its last state kept in a worker_removed event
+	// (TestPoolShrinkRemovesSlotsBeyond); if Redis refuses, it is only
+	// released.
 	if s.beyondPool(w.id) {
 		err := s.removeState(w)
 		if err == nil {
@@ -161,10 +164,10 @@ func (s *Supervisor) removeLater(ctx context.Context, rec health.Component) erro
 }
 
 // fence stops w at once: its lease is another host's now (docs/design.md §11).
-// Invariant 2 of issue 12 (no process outlives its supervisor's hold on the
-// slot by more than stop_timeout): the SIGKILL is armed once, here.
-// SIGTERM lets the worker hand back what it runs; SIGKILL follows at
-// stop_timeout from the first stop, armed once and never postponed. The
+// No process outlives its supervisor's hold on the slot by more than
+// stop_timeout: SIGTERM lets the worker hand back what it runs; SIGKILL
+// follows at stop_timeout from the first stop, armed once, here, and never
+// postponed by a later tick (TestFencedWorkerKilledAfterStopTimeout). The
 // record belongs to the new owner: nothing is written for the slot again,
 // actions on it go to the new holder, and what waited for its stop is
 // answered with ErrSlotMoving when the process has exited.
@@ -194,7 +197,10 @@ func (s *Supervisor) fence(w *worker) {
 }
 
 // releaseAll gives up every lease this host holds (graceful shutdown),
-// giving up by by (the stop's budget, E23).
+// giving up at by, the stop's own budget: a graceful Stop returns within
+// stop_timeout + 2 s even when one Redis Cluster shard does not answer and
+// every release to it waits (the explorer's replay list,
+// explore/testdata/seeds.txt, holds it).
 func (s *Supervisor) releaseAll(by time.Time) {
 	s.cluster.left = true // no tick may renew (re-take) a released lease
 	if s.cfg.OnLeader != nil {
@@ -203,9 +209,10 @@ func (s *Supervisor) releaseAll(by time.Time) {
 	if s.redis.down() {
 		return
 	}
-	// Bounded by 5 op_timeouts, and by the stop's own budget (E23), but
-	// never less than a quarter of a second: a release is worth a try, it
-	// saves the other hosts a lease's wait.
+	// Bounded by 5 op_timeouts, and by the stop's own budget (see above),
+	// but never less than a quarter of a second: a release is worth a try,
+	// it saves the other hosts a lease's wait.
+
 	now := time.Now()
 	if most := now.Add(5 * s.cfg.OpTimeout); most.Before(by) {
 		by = most

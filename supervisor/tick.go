@@ -29,8 +29,9 @@ func (s *Supervisor) armTick() {
 }
 
 // tick runs every third of a lease. While the host shuts down it only
-// renews the leases of the workers still stopping (invariant 1 of issue
-// 12: a slot must not be taken while its process lives); while Redis is unreachable it does
+// renews the leases of the workers still stopping (never two processes for
+// one slot: a slot must not be taken while its process lives;
+// TestStopWhileAShutdownTickWaits); while Redis is unreachable it does
 // nothing (nothing is fenced or moved then).
 func (s *Supervisor) tick(first bool) {
 	if s.cluster.left {
@@ -40,7 +41,8 @@ func (s *Supervisor) tick(first bool) {
 	if s.redis.down() {
 		return
 	}
-	// A tick that a Stop catches waiting on Redis gives up (E24): the
+	// A tick that a Stop catches waiting on Redis gives up, or the Stop
+	// waits behind it (TestStopDuringATickOnADeadShard): the
 	// shutdown runs in this goroutine, after it. What it did not finish
 	// is what a lost reply leaves (a lease taken and not known expires);
 	// its failure says nothing of Redis. The shutdown's own ticks, which
@@ -49,10 +51,12 @@ func (s *Supervisor) tick(first bool) {
 	// A shutdown's tick is one renewal, one round trip: it waits one
 	// op_timeout at most. Meanwhile the monitor can neither SIGKILL a
 	// worker past its stop_timeout nor see an exit, and a Stop must end
-	// within stop_timeout + 2 s (E31: 5 op_timeouts there outlasted it).
+	// within stop_timeout + 2 s, which 5 op_timeouts there would outlast
+	// (TestStopWhileAShutdownTickWaits).
 	//
 	// Each call has op_timeout of its own within the budget (boundCalls):
-	// a Stop that cancels the tick waits for the call in flight only (E44).
+	// a Stop that cancels the tick waits for the call in flight only, not
+	// for the rest of the tick's budget (TestStopDuringATickOnAPausedRedis).
 	base, budget := context.Background(), 1
 	if !s.shuttingDown {
 		base, budget = s.leaving, 5
@@ -77,8 +81,10 @@ func (s *Supervisor) tick(first bool) {
 func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	// 1. Renew what we hold; fence what we lost. The renewal is timed for
 	// the availability judgement; so is each call of the later steps
-	// (stepCalls): while one waits on Redis the monitor makes no other call
-	// (E26). A step that fails is an outage of Redis (the tick's caller
+	// (stepCalls): while one waits on Redis the monitor makes no other call,
+	// the pulse included, and a window it could not watch is a stall like
+	// any other (TestTickHeldWhileWorkersCannotBeatKillsNothing). A step
+	// that fails is an outage of Redis (the tick's caller
 	// says so), judged as one: on a Cluster, the shards that answer are
 	// judged on.
 	if err := s.renewAndFence(ctx); err != nil {
@@ -97,22 +103,24 @@ func (s *Supervisor) clusterTick(ctx context.Context, first bool) error {
 	// answering meanwhile (the tick right after an outage rewrites it, but
 	// an outage that began a tick after the last write and lasted two
 	// thirds of a lease outlives it). An expiry cannot be told from a loss
-	// during that time (E29: a stall longer than the lease, and the data
-	// lost in it), so both are handled as a loss: the records gone are
-	// written again (the ones still there are left as they are).
+	// during that time (a stall longer than the lease, and the data lost
+	// in it), so both are handled as a loss: the records gone are written
+	// again (the ones still there are left as they are). Taken for an
+	// expiry alone, the record of a worker an operator had stopped, its
+	// hold with it, would be gone for good
+	// (TestDataLossDuringAStallLongerThanTheLease).
 	//
 	// A lease this host held that was gone before it could expire says the
-	// same (E30: a FLUSHALL between a tick's read of the hosts and its
-	// write of its own record, which that write re-created, hid the loss
-	// from the next tick; the record of a worker an operator had stopped
-	// was gone for good).
+	// same: a loss between a tick's read of the hosts and its write of its
+	// own record leaves that record re-created by the write, and the next
+	// tick sees only the leases gone (TestDataLossThatLeavesTheHostRecord).
 	//
 	// A lease taken again after a lapse says nothing either way: Redis may
 	// have lost its data meanwhile, which this host's record, written again
-	// since, does not show (E57: a tick slow for most of a lease, and the
-	// data lost in it after its read of the hosts). The records of those
-	// slots are read: one gone, or re-created by the worker's heartbeat, is
-	// lost data.
+	// since, does not show (a tick slow for most of a lease, and the data
+	// lost in it after its read of the hosts). The records of those slots
+	// are read: one gone, or re-created by the worker's heartbeat, is lost
+	// data (TestDataLossBeforeALateRenewal).
 	lostLease, lapsed := s.cluster.leaseLost, s.cluster.lapsed
 	s.cluster.leaseLost, s.cluster.lapsed = false, nil
 	listedHere := listed(ctl.hosts, s.cfg.Host)
@@ -175,7 +183,7 @@ func (s *Supervisor) readRecordAtTick(w *worker) {
 // renewAndFence renews the leases of the slots this host holds, in one
 // round trip, and fences the workers whose lease another host has taken.
 // A fenced worker's lease is not renewed and it is fenced once: its SIGKILL
-// is never postponed (issue 12, defect 3).
+// is never postponed (TestFencedWorkerKilledAfterStopTimeout).
 func (s *Supervisor) renewAndFence(ctx context.Context) error {
 	var held []*worker
 	for _, id := range s.ids() {
@@ -218,9 +226,10 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 			// This host's, but not renewed for a lease: it may have lapsed,
 			// been another host's (whose takeover stopped our process) and
 			// been taken again by a renewal of ours whose reply was lost
-			// (sent before an outage, run by Redis after it: fault explorer
-			// E59, seed 247078, an exit meanwhile counted as a crash). Not
-			// known unbroken: judged as taken again.
+			// (sent before an outage, run by Redis after it). Not known
+			// unbroken: judged as taken again, so that an exit meanwhile
+			// counts no crash (TestLostRenewalAfterALapseCountsNoCrash).
+
 			r = health.LeaseRetaken
 		}
 		switch r {
