@@ -32,7 +32,6 @@ type share struct {
 // the slots, not to slots × hosts (BenchmarkControlPlane; the watcher
 // rules: TestLateHostWatchedByOneHost, TestHostGoneUnwatchedIsScannedFor,
 // TestLateHostWatchedForEachOfItsQueues). In steady state a tick
-
 // reads only the free set (Keys.Free: slots released, or seen free by a
 // scan and not taken), then the leases of its members. All of them are
 // read (a scan) when slots may have come free unseen: at the first tick,

@@ -280,7 +280,6 @@ func KillFrozenOrphans(host, redisURL, prefix string, log *slog.Logger) int {
 // supervisor while the new instance started a second process for its slot
 // (TestRestartedHostAfterADataLossStopsItsOrphans). The frozen ones killed
 // are counted, not returned.
-
 func earlierWorkersOf(host, redisURL, prefix, instance string, log *slog.Logger) (found map[health.ComponentID]int, killed int) {
 	found = map[health.ComponentID]int{}
 	ents, err := os.ReadDir("/proc")

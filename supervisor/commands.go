@@ -46,7 +46,6 @@ const forwardTimeout = 30 * time.Second
 // with the last wait's second (BLPOP waits whole seconds) every action is
 // answered within stop_timeout + 2 s, whether or not the holder ever
 // answers (TestForwardWaitIsBounded).
-
 func (s *Supervisor) forwardWait() time.Duration { return s.cfg.StopTimeout + time.Second }
 
 // ErrNoOwner is returned for an action on a component no live host holds.

@@ -212,7 +212,6 @@ func (s *Supervisor) releaseAll(by time.Time) {
 	// Bounded by 5 op_timeouts, and by the stop's own budget (see above),
 	// but never less than a quarter of a second: a release is worth a try,
 	// it saves the other hosts a lease's wait.
-
 	now := time.Now()
 	if most := now.Add(5 * s.cfg.OpTimeout); most.Before(by) {
 		by = most

@@ -229,7 +229,6 @@ func (s *Supervisor) renewAndFence(ctx context.Context) error {
 			// (sent before an outage, run by Redis after it). Not known
 			// unbroken: judged as taken again, so that an exit meanwhile
 			// counts no crash (TestLostRenewalAfterALapseCountsNoCrash).
-
 			r = health.LeaseRetaken
 		}
 		switch r {
