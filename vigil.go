@@ -2,14 +2,15 @@
 // supervisor of the configured pools of worker processes, the periodic
 // tasks, the alerts and the admin server (API, dashboard, Swagger UI,
 // events, metrics) as an http.Handler to mount on the program's own mux.
+// Example (the package's example) is the whole embedding:
 //
 //	settings, err := vigil.LoadSettings("vigil.yaml") // or vigil.DefaultSettings()
 //	v, err := vigil.New(vigil.Config{Settings: settings, BasePath: "/admin"})
 //	err = v.Start(ctx)
-//	mux.Handle("/admin/", http.StripPrefix("/admin", v))
 //	defer v.Close(context.Background())
+//	v.Mount(mux) // serves /admin/
 //
-// Settings are the configuration file's (README "Configuration"), with the
+// Settings are the configuration file's (docs/configuration.md), with the
 // same defaults and checks: `vigil serve` runs on this package.
 package vigil
 
@@ -19,13 +20,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/vigil-dev/vigil/alert"
 	"github.com/vigil-dev/vigil/config"
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/redisconn"
@@ -35,60 +34,6 @@ import (
 	"github.com/vigil-dev/vigil/server"
 	"github.com/vigil-dev/vigil/supervisor"
 )
-
-// Settings is the whole configuration file (README "Configuration"). Start
-// from DefaultSettings, ParseSettings or LoadSettings.
-type Settings = config.Config
-
-// The parts of Settings, for composite literals.
-type (
-	Pool         = config.Pool
-	Backpressure = config.Backpressure
-	Heartbeat    = config.Heartbeat
-	Policy       = config.Policy
-	SSE          = config.SSE
-	JobView      = config.JobView
-	WorkerOutput = config.WorkerOutput
-	Alerts       = config.Alerts
-	Scheduler    = config.Scheduler
-	Schedule     = config.Schedule
-	// Duration is a time.Duration written "15s" in YAML.
-	Duration = config.Duration
-	// Size is a byte count written "256KiB" in YAML.
-	Size = config.Size
-)
-
-// DefaultSettings returns every default of the configuration file.
-func DefaultSettings() Settings { return config.Default() }
-
-// ParseSettings reads a YAML document over the defaults; unknown fields
-// are errors. It does not read the environment: see LoadSettings.
-func ParseSettings(yaml []byte) (Settings, error) { return config.Parse(yaml) }
-
-// LoadSettings reads the YAML file at path ("" = the defaults), then the
-// VIGIL_* environment variables and the secret files (token_file,
-// redis_file), and checks the result, as `vigil serve` does.
-func LoadSettings(path string) (Settings, error) {
-	s, err := config.Load(path)
-	if err != nil {
-		return s, err
-	}
-	if err := s.ApplyEnv(os.LookupEnv); err != nil {
-		return s, fmt.Errorf("config: %w", err)
-	}
-	if err := s.ReadSecretFiles(); err != nil {
-		return s, fmt.Errorf("config: %w", err)
-	}
-	if err := s.Validate(); err != nil {
-		return s, fmt.Errorf("config: %w", err)
-	}
-	return s, nil
-}
-
-// OpenRedis opens a client for a Redis URL as Vigil reads it: redis://,
-// rediss:// (TLS), unix://, redis-sentinel:// and redis-cluster://
-// (README "Redis connections").
-func OpenRedis(url string) (redis.UniversalClient, error) { return redisconn.Open(url) }
 
 // Config is what New needs: the settings, and what a program hands over
 // of its own.
@@ -120,26 +65,35 @@ type Config struct {
 // alertDrain bounds how long Close tries to deliver the alerts queued.
 const alertDrain = 3 * time.Second
 
+// lifecycle is where a Vigil is between New and Close.
+type lifecycle int
+
+const (
+	stateNew      lifecycle = iota // not started, or its last Start failed
+	stateStarting                  // Start is connecting to Redis and starting the parts
+	stateRunning                   // started: the handler serves
+	stateClosed                    // Close was called: for good
+)
+
 // Vigil is one host of a Vigil cluster embedded in a program. It is an
-// http.Handler: the admin server, answering 503 before Start and after
-// Close.
+// http.Handler: the admin server, answering 503 before Start returns and
+// after Close.
+//
+// mu guards the lifecycle fields only and is never held across a Redis
+// call or a part's start or stop, so that the handler answers (503) at
+// once while Start waits on Redis (TestServeAnswersDuringABlockedStart).
 type Vigil struct {
 	cfg Config
 	log *slog.Logger
 
 	mu          sync.Mutex
-	started     bool
-	closed      bool
-	closeDone   chan struct{} // closed when Close is over
+	state       lifecycle
+	cancelStart context.CancelFunc // ends the Start under way
+	startDone   chan struct{}      // closed when the Start under way returned
+	closeDone   chan struct{}      // closed when Close is over
 	closeErr    error
-	handler     *server.Server
-	rdb         redis.UniversalClient
-	ownRdb      bool
-	sup         *supervisor.Supervisor // kept after Close (Supervisor)
-	sched       *schedule.Scheduler
-	metrics     *metrics.Metrics
-	stopWh      func()
-	stopJanitor func()
+	parts       parts // what Start started, while running
+	sup         *supervisor.Supervisor
 }
 
 // New checks cfg and returns a Vigil to Start. It opens nothing.
@@ -148,7 +102,7 @@ func New(cfg Config) (*Vigil, error) {
 		return nil, errors.New("vigil: Settings.Redis: the Redis URL is required (the worker processes connect to it)")
 	}
 	cfg.PoolDefaults() // pools built in Go get the file's defaults
-	if err := cfg.Validate(); err != nil {
+	if err := ValidateSettings(cfg.Settings); err != nil {
 		return nil, fmt.Errorf("vigil: %w", err)
 	}
 	if cfg.BasePath != "" && (cfg.BasePath[0] != '/' || cfg.BasePath[len(cfg.BasePath)-1] == '/') {
@@ -165,180 +119,72 @@ func New(cfg Config) (*Vigil, error) {
 
 // Start connects to Redis, checks its key layout, starts the supervisor
 // (its workers), the scheduler and the alerts, and makes the handler
-// answer. On an error everything it started is stopped again.
-func (v *Vigil) Start(ctx context.Context) (err error) {
+// answer. On an error everything it started is stopped again, and Start
+// may be called again. A Close during Start ends it: Start then returns an
+// error and Close waits for what it started to stop.
+func (v *Vigil) Start(ctx context.Context) error {
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	switch {
-	case v.closed:
+	switch v.state {
+	case stateClosed:
+		v.mu.Unlock()
 		return errors.New("vigil: Start after Close")
-	case v.started:
+	case stateStarting, stateRunning:
+		v.mu.Unlock()
 		return errors.New("vigil: started twice")
 	}
-	defer func() {
-		if err != nil {
-			_ = v.take().stop(context.Background())
-			v.sup = nil
-		}
-	}()
-	cfg := v.cfg
-	v.rdb = cfg.Client
-	if v.rdb == nil {
-		if v.rdb, err = redisconn.Open(cfg.Redis); err != nil {
-			return err
-		}
-		v.ownRdb = true
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	v.state, v.cancelStart, v.startDone = stateStarting, cancel, done
+	v.mu.Unlock()
+	defer close(done)
+	defer cancel()
+
+	p, err := v.start(ctx)
+	v.mu.Lock()
+	if err == nil && v.state == stateStarting {
+		v.state, v.parts, v.sup = stateRunning, p, p.sup
+		v.mu.Unlock()
+		v.log.Info("vigil running", "version", v.cfg.Version, "host", p.sup.Config().Host, "redis", redisconn.Describe(v.cfg.Redis),
+			"redis_tls", redisconn.UsesTLS(v.cfg.Redis), "pools", len(v.cfg.Pools))
+		return nil
 	}
-	if err := redisconn.Ping(ctx, v.rdb, 2*time.Second); err != nil {
+	closed := v.state == stateClosed
+	v.mu.Unlock()
+	_ = p.stop(context.Background())
+	if closed {
+		if err == nil {
+			err = errors.New("vigil: closed during Start")
+		}
 		return err
 	}
-	store := health.NewStore(v.rdb, cfg.Prefix, 0)
-	// A start that fails before the supervisor joins (Redis does not
-	// answer) is tried again, and a frozen worker of this host's last
-	// process would outlive it meanwhile: kill those (fault explorer E54).
-	host := cfg.Host
-	if host == "" {
-		host, _ = os.Hostname() // as supervisor.New does
+	v.mu.Lock()
+	if v.state == stateStarting {
+		v.state = stateNew
 	}
-	orphans := func(err error) error {
-		supervisor.KillFrozenOrphans(host, cfg.Redis, store.Keys().Prefix, v.log)
-		return err
+	v.mu.Unlock()
+	return err
+}
+
+// Mount serves the handler on mux under Config.BasePath ("" = the root):
+// the pattern BasePath+"/" with the prefix stripped, and BasePath itself
+// redirected there, so that the prefix is written once.
+func (v *Vigil) Mount(mux *http.ServeMux) {
+	base := v.cfg.BasePath
+	if base == "" {
+		mux.Handle("/", v)
+		return
 	}
-	// Before anything is written: a newer key layout is refused.
-	if _, err := store.CheckSchema(ctx); err != nil {
-		return orphans(err)
-	}
-	queues := make([]string, len(cfg.Pools))
-	timeouts, maxTimeouts, retentions := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
-	maxRetries := map[string]int{}
-	for i, p := range cfg.Pools {
-		queues[i], timeouts[p.Queue] = p.Queue, time.Duration(p.TaskTimeout)
-		maxTimeouts[p.Queue], retentions[p.Queue] = time.Duration(p.MaxTaskTimeout), time.Duration(p.Retention)
-		if p.MaxRetry != nil {
-			maxRetries[p.Queue] = *p.MaxRetry
-		}
-	}
-	// asynq's paused key is the truth: start-up lifts no pause, it only
-	// migrates the flags of earlier releases (docs/design.md §6).
-	if err := queue.NewControl(store).Apply(ctx, queues); err != nil {
-		return orphans(err)
-	}
-	if v.metrics, err = metrics.New(metrics.Config{Registry: cfg.Registry, Store: store, Host: host, Queues: queues,
-		Version: cfg.Version, Logger: v.log}); err != nil {
-		return err
-	}
-	alerter := cfg.Alerter
-	if alerter == nil && cfg.Alerts.Webhook != "" {
-		wh, err := alert.New(alert.Config{URL: cfg.Alerts.Webhook, Logger: v.log, OnResult: v.metrics.Alert})
-		if err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		wh.Start()
-		v.stopWh = func() {
-			dctx, cancel := context.WithTimeout(context.Background(), alertDrain)
-			defer cancel()
-			_ = wh.Stop(dctx)
-		}
-		alerter = wh
-		v.log.Info("alerts: failed workers and lost hosts are POSTed to the webhook")
-	}
-	// The leader fires the schedules; the supervisor's leader step says
-	// who leads (sched is set before the supervisor starts).
-	var sched *schedule.Scheduler
-	v.sup, err = supervisor.New(supervisor.Config{
-		Host:        cfg.Host,
-		RedisURL:    cfg.Redis,
-		Prefix:      cfg.Prefix,
-		Pools:       cfg.SupervisorPools(),
-		InheritEnv:  cfg.InheritEnv,
-		LogTail:     int(cfg.WorkerOutput.Tail),
-		MaxLogLine:  int(cfg.WorkerOutput.MaxLine),
-		Heartbeat:   cfg.HeartbeatConfig(),
-		Policy:      cfg.PolicyConfig(),
-		StopTimeout: time.Duration(cfg.StopTimeout),
-		Lease:       time.Duration(cfg.Lease),
-		Capacity:    cfg.Capacity,
-		MaxPoolSize: cfg.MaxPoolSize,
-		Address:     cfg.Address,
-		Version:     cfg.Version,
-		Stats:       queueStats(store),
-		Recoverer:   queue.NewRecoverer(store, queue.RecovererConfig{Logger: v.log}),
-		Alerts:      alerter,
-		Metrics:     v.metrics,
-		Logger:      v.log,
-		OnLeader:    func(leading bool, until time.Time) { sched.Leading(leading, until) },
-	}, store)
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	settings := cfg.SchedulerSettings()
-	schedules := schedule.NewStore(store, schedule.StoreConfig{Queues: queues, Settings: settings, TaskTimeouts: timeouts,
-		Host: v.sup.Config().Host, Logger: v.log})
-	applied, err := schedules.ApplyConfig(ctx, cfg.ScheduleDefinitions())
-	if err != nil {
-		return orphans(fmt.Errorf("config: %w", err))
-	}
-	if applied {
-		v.log.Info("schedules of this host's configuration applied to the cluster", "schedules", len(cfg.Schedules))
-	}
-	sched = schedule.New(store, schedule.Config{Settings: settings, TaskTimeouts: timeouts, Host: v.sup.Config().Host,
-		Metrics: v.metrics, Logger: v.log,
-		// Redis lost its data: the leader writes the configured schedules again.
-		Restore: func(ctx context.Context) (bool, error) { return schedules.ApplyConfig(ctx, cfg.ScheduleDefinitions()) }})
-	sched.Start()
-	v.sched = sched
-	// Kept scratch directories of this host's pools, bounded.
-	roots, minAge := cfg.ScratchRoots(queue.ScratchRootDefault())
-	jctx, stopJanitor := context.WithCancel(context.Background())
-	janitorDone := make(chan struct{})
-	go func() {
-		defer close(janitorDone)
-		queue.NewScratchJanitor(queue.JanitorConfig{Roots: roots, MinAge: minAge, MaxAge: time.Duration(cfg.ScratchMaxAge),
-			MaxBytes: int64(cfg.ScratchMaxBytes), Logger: v.log, Removed: v.metrics.ScratchRemoved}).Run(jctx)
-	}()
-	v.stopJanitor = func() { stopJanitor(); <-janitorDone }
-	if err := v.sup.Start(ctx); err != nil {
-		return err
-	}
-	proxies, err := cfg.TrustedProxyPrefixes()
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	v.handler, err = server.New(server.Config{
-		Store: store, Supervisor: v.sup, Queues: queues, TaskTimeouts: timeouts, MaxTaskTimeouts: maxTimeouts,
-		Retentions: retentions, MaxRetries: maxRetries,
-		Token: cfg.Token, AuthReads: cfg.AuthReads, ReadOnly: cfg.ReadOnly, MaxBody: int64(cfg.MaxBody),
-		ListenHosts: cfg.ListenHosts(), TrustedProxies: proxies, CookieSecure: cfg.CookieSecure,
-		DurableEnqueue: queue.DurableConfig{Replicas: cfg.DurableEnqueue.Replicas, Timeout: time.Duration(cfg.DurableEnqueue.Timeout)},
-		PayloadPreview: int(cfg.JobView.PayloadPreview), MaxPayloadShown: int(cfg.JobView.MaxPayload), ReadBudget: int64(cfg.JobView.ReadBudget),
-		BasePath: cfg.BasePath, Version: server.APIVersion, Logger: v.log, Cluster: v.sup, MaxPoolSize: cfg.MaxPoolSize, Metrics: v.metrics,
-		Schedules: schedules, SSE: server.SSEConfig{MaxClients: cfg.SSE.MaxClients, MaxClientsPerAddress: cfg.SSE.MaxClientsPerAddress,
-			MaxLag: cfg.SSE.MaxLag, KeepAlive: time.Duration(cfg.SSE.KeepAlive)},
-	})
-	if err != nil {
-		return fmt.Errorf("admin server: %w", err)
-	}
-	switch {
-	case cfg.ReadOnly:
-		v.log.Info("admin API is read-only: every mutation answers 403")
-	case cfg.Token == "":
-		v.log.Warn("no admin token configured: mutations are accepted only from this host (loopback peer, loopback or listen Host header, no forwarding header); set token, VIGIL_TOKEN or VIGIL_TOKEN_FILE")
-	default:
-		v.log.Info("admin API: mutations need the bearer token", "auth_reads", cfg.AuthReads)
-	}
-	v.started = true
-	v.log.Info("vigil running", "version", cfg.Version, "host", v.sup.Config().Host, "redis", redisconn.Describe(cfg.Redis),
-		"redis_tls", redisconn.UsesTLS(cfg.Redis), "pools", len(cfg.Pools))
-	return nil
+	mux.Handle(base+"/", http.StripPrefix(base, v))
+	mux.Handle(base, http.RedirectHandler(base+"/", http.StatusMovedPermanently))
 }
 
 // ServeHTTP serves the admin server: API, dashboard, Swagger UI at /docs,
 // events, metrics. Before Start and after Close it answers 503.
 func (v *Vigil) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v.mu.Lock()
-	h := v.handler
-	if v.closed {
-		h = nil
+	var h http.Handler
+	if v.state == stateRunning {
+		h = v.parts.handler
 	}
 	v.mu.Unlock()
 	if h == nil {
@@ -355,15 +201,15 @@ func (v *Vigil) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Close; Close calls it too.
 func (v *Vigil) CloseEvents() {
 	v.mu.Lock()
-	h := v.handler
+	h := v.parts.handler
 	v.mu.Unlock()
 	if h != nil {
 		_ = h.Close()
 	}
 }
 
-// Supervisor is the host's supervisor (nil before Start), for what the
-// admin API does not cover.
+// Supervisor is the host's supervisor (nil before Start; kept after
+// Close), for what the admin API does not cover.
 func (v *Vigil) Supervisor() *supervisor.Supervisor {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -374,11 +220,11 @@ func (v *Vigil) Supervisor() *supervisor.Supervisor {
 // and the event streams end (an http.Server's Shutdown can then return),
 // the supervisor stops its workers gracefully (stop_timeout, bounded by
 // ctx), the scheduler stops, the queued alerts are delivered (3 s at
-// most), and the Redis client it opened is closed. Safe to call twice, at
-// once, and before Start.
+// most), and the Redis client it opened is closed. A Start under way is
+// ended and waited for. Safe to call twice, at once, and before Start.
 func (v *Vigil) Close(ctx context.Context) error {
 	v.mu.Lock()
-	if v.closed {
+	if v.state == stateClosed {
 		done := v.closeDone
 		v.mu.Unlock()
 		select {
@@ -388,57 +234,62 @@ func (v *Vigil) Close(ctx context.Context) error {
 		}
 		return v.closeErr
 	}
-	v.closed = true
+	wasStarting := v.state == stateStarting
+	v.state = stateClosed
 	v.closeDone = make(chan struct{})
-	parts := v.take()
+	startDone := v.startDone
+	if wasStarting {
+		v.cancelStart()
+	}
+	p := v.parts
+	v.parts = parts{}
 	v.mu.Unlock()
-	v.closeErr = parts.stop(ctx)
-	close(v.closeDone)
+	defer close(v.closeDone)
+	if wasStarting { // Start stops what it started
+		select {
+		case <-startDone:
+		case <-ctx.Done():
+			v.closeErr = ctx.Err()
+			return v.closeErr
+		}
+	}
+	v.closeErr = p.stop(ctx)
 	return v.closeErr
 }
 
-// running is what Start started, for stop.
-type running struct {
+// parts is what Start started, for stop.
+type parts struct {
 	handler *server.Server
 	sup     *supervisor.Supervisor
 	sched   *schedule.Scheduler
 	stopWh  func()
 	stopJan func()
-	rdb     redis.UniversalClient // closed by stop
+	rdb     redis.UniversalClient // opened by Start, closed by stop
 }
 
-// take hands over what runs; v.mu is held.
-func (v *Vigil) take() running {
-	r := running{handler: v.handler, sup: v.sup, sched: v.sched, stopWh: v.stopWh, stopJan: v.stopJanitor}
-	if v.ownRdb {
-		r.rdb = v.rdb
-	}
-	v.handler, v.sched, v.stopWh, v.stopJanitor, v.rdb, v.ownRdb = nil, nil, nil, nil, nil, false
-	return r
-}
-
-func (r running) stop(ctx context.Context) error {
+// stop stops the parts in dependency order; any of them may be missing.
+func (p parts) stop(ctx context.Context) error {
 	var errs []error
-	if r.handler != nil {
-		errs = append(errs, r.handler.Close())
+	if p.handler != nil {
+		errs = append(errs, p.handler.Close())
 	}
-	if r.sup != nil {
-		if err := r.sup.Stop(ctx); err != nil {
+	if p.sup != nil {
+		if err := p.sup.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("shutdown: %w", err))
 		}
 	}
 	// After the supervisor's Stop: it says first that it no longer leads.
-	if r.sched != nil {
-		r.sched.Stop()
+	if p.sched != nil {
+		p.sched.Stop()
 	}
-	if r.stopWh != nil {
-		r.stopWh()
+	if p.stopWh != nil {
+		p.stopWh()
 	}
-	if r.stopJan != nil {
-		r.stopJan()
+	if p.stopJan != nil {
+		p.stopJan()
 	}
-	if r.rdb != nil {
-		errs = append(errs, r.rdb.Close())
+	if p.rdb != nil {
+		errs = append(errs, p.rdb.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -11,11 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,9 +25,22 @@ import (
 
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/policy"
-	"github.com/vigil-dev/vigil/queue"
-	"github.com/vigil-dev/vigil/schedule"
-	"github.com/vigil-dev/vigil/supervisor"
+)
+
+// The defaults of the settings that the packages they configure also
+// default on their own (supervisor, queue, schedule); this package imports
+// none of them, and TestSettingsDefaultsMatchPackages in package vigil
+// holds each equal to the package's own.
+const (
+	StopTimeoutDefault             = 10 * time.Second
+	ConcurrencyDefault             = 1
+	TaskTimeoutDefault             = 30 * time.Minute
+	LogTailDefault                 = 256 << 10
+	MaxLogLineDefault              = 16 << 10
+	DurableTimeoutDefault          = 500 * time.Millisecond
+	MisfireGraceDefault            = time.Minute
+	MaxCatchUpDefault              = 1000
+	SSEMaxClientsPerAddressDefault = 32
 )
 
 // RedisEmbedded, as the redis setting, runs an embedded in-memory Redis
@@ -194,19 +207,19 @@ func Default() Config {
 		Prefix:  health.PrefixDefault,
 		Lease:   Duration(15 * time.Second),
 		MaxBody: 1 << 20,
-		SSE:     SSE{MaxClients: 10_000, MaxClientsPerAddress: 32 /* server.SSEMaxClientsPerAddressDefault */, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
+		SSE:     SSE{MaxClients: 10_000, MaxClientsPerAddress: SSEMaxClientsPerAddressDefault, MaxLag: 1000, KeepAlive: Duration(15 * time.Second)},
 		Heartbeat: Heartbeat{Interval: Duration(health.HeartbeatIntervalDefault), TTL: Duration(health.HeartbeatTTLDefault), StartTimeout: Duration(health.StartTimeoutDefault),
 			RecoverMin: Duration(health.RecoverMinDefault), RecoverMax: Duration(health.RecoverMaxDefault)},
-		StopTimeout:     Duration(supervisor.StopTimeoutDefault),
+		StopTimeout:     Duration(StopTimeoutDefault),
 		MaxPoolSize:     1000,
 		LogFormat:       "text",
 		LogLevel:        "info",
-		WorkerOutput:    WorkerOutput{Tail: supervisor.LogTailDefault, MaxLine: supervisor.MaxLogLineDefault},
+		WorkerOutput:    WorkerOutput{Tail: LogTailDefault, MaxLine: MaxLogLineDefault},
 		JobView:         JobView{PayloadPreview: 1 << 10, MaxPayload: 1 << 20, ReadBudget: 16 << 20},
 		ScratchMaxAge:   Duration(7 * 24 * time.Hour),
 		ScratchMaxBytes: 10 << 30,
-		DurableEnqueue:  DurableEnqueue{Timeout: Duration(queue.DurableTimeoutDefault)},
-		Scheduler:       Scheduler{MisfireGrace: Duration(schedule.MisfireGraceDefault), MaxCatchUp: schedule.MaxCatchUpDefault},
+		DurableEnqueue:  DurableEnqueue{Timeout: Duration(DurableTimeoutDefault)},
+		Scheduler:       Scheduler{MisfireGrace: Duration(MisfireGraceDefault), MaxCatchUp: MaxCatchUpDefault},
 		Policy: Policy{
 			BackoffBase: Duration(policy.BackoffBaseDefault), BackoffMax: Duration(policy.BackoffMaxDefault),
 			Window: Duration(policy.WindowDefault), MaxInWindow: policy.MaxInWindowDefault,
@@ -236,13 +249,13 @@ func (c *Config) PoolDefaults() {
 	for i := range c.Pools {
 		p := &c.Pools[i]
 		if p.Concurrency == 0 {
-			p.Concurrency = supervisor.ConcurrencyDefault
+			p.Concurrency = ConcurrencyDefault
 		}
 		if p.MaxRetry == nil {
 			p.MaxRetry = new(MaxRetryDefault)
 		}
 		if p.TaskTimeout == 0 {
-			p.TaskTimeout = Duration(supervisor.TaskTimeoutDefault)
+			p.TaskTimeout = Duration(TaskTimeoutDefault)
 		}
 		if p.Backpressure.PauseInterval == 0 {
 			p.Backpressure.PauseInterval = Duration(10 * time.Second)
@@ -349,7 +362,7 @@ func (c Config) Validate() error {
 		}
 		seen[p.Queue] = true
 	}
-	return c.validateSchedules(time.Now())
+	return c.validateScheduler()
 }
 
 func validLevel(s string) bool {
@@ -403,58 +416,6 @@ func (c Config) PolicyConfig() policy.Config {
 	}
 }
 
-// SupervisorPools converts the pools. The worker runtime's per-pool
-// settings (backpressure, keep_scratch_on_success) reach the workers as
-// VIGIL_* variables of the pool's environment.
-func (c Config) SupervisorPools() []supervisor.Pool {
-	out := make([]supervisor.Pool, len(c.Pools))
-	for i, p := range c.Pools {
-		env := make(map[string]string, len(p.Env)+4)
-		maps.Copy(env, p.Env)
-		env[health.EnvKeepScratch] = strconv.FormatBool(p.KeepScratchOnSuccess)
-		env[health.EnvBackpressureHighWatermark] = strconv.Itoa(p.Backpressure.HighWatermark)
-		env[health.EnvBackpressureLoadThreshold] = strconv.FormatFloat(p.Backpressure.LoadThreshold, 'g', -1, 64)
-		if p.Backpressure.PauseInterval > 0 {
-			env[health.EnvBackpressurePauseInterval] = p.Backpressure.PauseInterval.String()
-		}
-		if p.MaxConsecutiveFailures > 0 {
-			env[health.EnvMaxConsecutiveFailures] = strconv.Itoa(p.MaxConsecutiveFailures)
-		}
-		if p.MaxTaskTimeout > 0 {
-			env[health.EnvMaxTaskTimeout] = p.MaxTaskTimeout.String()
-		}
-		if p.ResultsDir != "" { // queue.Publish
-			env[health.EnvResultsDir] = p.ResultsDir
-		}
-		out[i] = supervisor.Pool{Queue: p.Queue, Workers: p.Workers, Command: p.Command,
-			Concurrency: p.Concurrency, TaskTimeout: time.Duration(p.TaskTimeout), Env: env}
-	}
-	return out
-}
-
-// ScratchRoots are the scratch roots of this host's pools, each with its
-// queues (a pool's VIGIL_SCRATCH_DIR, else queue.ScratchRootDefault), and
-// each queue's longest run (its task timeout and a minute).
-func (c Config) ScratchRoots(def string) (roots map[string][]string, minAge map[string]time.Duration) {
-	roots, minAge = map[string][]string{}, map[string]time.Duration{}
-	for _, p := range c.Pools {
-		root := p.Env[health.EnvScratchDir]
-		if root == "" {
-			root = def
-		}
-		roots[root] = append(roots[root], p.Queue)
-		minAge[p.Queue] = time.Duration(p.TaskTimeout) + time.Minute
-	}
-	return roots, minAge
-}
-
-// HeartbeatConfig converts the heartbeat section.
-func (c Config) HeartbeatConfig() supervisor.Heartbeat {
-	return supervisor.Heartbeat{Interval: time.Duration(c.Heartbeat.Interval), TTL: time.Duration(c.Heartbeat.TTL),
-		StartTimeout: time.Duration(c.Heartbeat.StartTimeout), RecoverMin: time.Duration(c.Heartbeat.RecoverMin),
-		RecoverMax: time.Duration(c.Heartbeat.RecoverMax)}
-}
-
 // describe turns a YAML error into one line that names the field.
 func describe(data []byte, err error) string {
 	var pe *posError
@@ -471,7 +432,69 @@ func describe(data []byte, err error) string {
 	}
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		return strings.Join(te.Errors, "; ")
+		var doc yaml.Node
+		_ = yaml.Unmarshal(data, &doc)
+		out := make([]string, len(te.Errors))
+		for i, e := range te.Errors {
+			out[i] = nameTypeError(&doc, e)
+		}
+		return strings.Join(out, "; ")
 	}
 	return strings.ReplaceAll(err.Error(), "\n", " ")
+}
+
+// typeErrorRE reads yaml.v3's "line 3: cannot unmarshal !!str `many` into
+// int".
+var typeErrorRE = regexp.MustCompile("^line ([0-9]+): (cannot unmarshal !![a-z]+ `(.*)` into .*)$")
+
+// nameTypeError puts the field's path before a type error, found by the
+// line and the value it names: "pools[0].workers: cannot unmarshal …
+// (line 3)". An error it cannot place stays as it is.
+func nameTypeError(doc *yaml.Node, e string) string {
+	m := typeErrorRE.FindStringSubmatch(e)
+	if m == nil {
+		return e
+	}
+	line, _ := strconv.Atoi(m[1])
+	if p := scalarPath(doc, "", line, m[3]); p != "" {
+		return fmt.Sprintf("%s: %s (line %d)", p, m[2], line)
+	}
+	return e
+}
+
+// scalarPath is the field path of the first scalar on line whose value is
+// value, or "".
+func scalarPath(n *yaml.Node, prefix string, line int, value string) string {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if p := scalarPath(c, prefix, line, value); p != "" {
+				return p
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			p := n.Content[i].Value
+			if prefix != "" {
+				p = prefix + "." + p
+			}
+			if v := n.Content[i+1]; v.Kind == yaml.ScalarNode && v.Line == line && v.Value == value {
+				return p
+			}
+			if p := scalarPath(n.Content[i+1], p, line, value); p != "" {
+				return p
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", prefix, i)
+			if c.Kind == yaml.ScalarNode && c.Line == line && c.Value == value {
+				return p
+			}
+			if p := scalarPath(c, p, line, value); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
 }

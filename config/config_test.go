@@ -54,7 +54,7 @@ func TestDefaultsFillOmittedFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hb := c.HeartbeatConfig(); hb.RecoverMin != 5*time.Second || hb.RecoverMax != 2*time.Minute {
+	if hb := c.Heartbeat; time.Duration(hb.RecoverMin) != 5*time.Second || time.Duration(hb.RecoverMax) != 2*time.Minute {
 		t.Errorf("recovering window bounds %v–%v, want 5s–2m", hb.RecoverMin, hb.RecoverMax)
 	}
 	if time.Duration(c.Heartbeat.TTL) != 30*time.Second || c.Pools[0].Concurrency != 1 || c.Listen != "127.0.0.1:8080" {

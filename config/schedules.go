@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/vigil-dev/vigil/schedule"
 )
 
 // Scheduler holds the cluster's rules for schedules.
@@ -93,15 +90,13 @@ func (s *Schedule) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Definition converts the entry.
-func (s Schedule) Definition() schedule.Definition {
-	return schedule.Definition{Name: s.Name, Spec: s.Spec, Queue: s.Queue, Type: s.Type, Payload: json.RawMessage(s.Payload),
-		MaxRetry: s.MaxRetry, Timeout: time.Duration(s.Timeout), Retention: time.Duration(s.Retention),
-		Unique: time.Duration(s.Unique), CatchUp: schedule.CatchUp(s.CatchUp), Source: schedule.SourceConfig}
-}
-
-// at names where field is in the file, if known.
-func (s Schedule) at(field string) string {
+// At names where field ("" = the entry) of schedule i is in the file, if
+// known: " (line 12)", else "".
+func (c Config) At(i int, field string) string {
+	if i < 0 || i >= len(c.Schedules) {
+		return ""
+	}
+	s := c.Schedules[i]
 	if l, ok := s.lines[field]; ok {
 		return fmt.Sprintf(" (line %d)", l)
 	}
@@ -111,47 +106,20 @@ func (s Schedule) at(field string) string {
 	return ""
 }
 
-// SchedulerSettings converts the scheduler section.
-func (c Config) SchedulerSettings() schedule.Settings {
-	return schedule.Settings{AllowSubsecond: c.Scheduler.AllowSubsecond, MisfireGrace: time.Duration(c.Scheduler.MisfireGrace),
-		MaxCatchUp: c.Scheduler.MaxCatchUp}
-}
-
-// ScheduleDefinitions converts the schedules.
-func (c Config) ScheduleDefinitions() []schedule.Definition {
-	out := make([]schedule.Definition, len(c.Schedules))
-	for i, s := range c.Schedules {
-		out[i] = s.Definition()
-	}
-	return out
-}
-
-// validateSchedules checks the scheduler section and every schedule
-// against the pools' queues; an error names the field and its line.
-func (c Config) validateSchedules(now time.Time) error {
+// validateScheduler checks the scheduler section and that schedule names
+// are unique; what a schedule's spec, queue and payload may be is the
+// schedule package's to say (vigil.ValidateSettings asks it).
+func (c Config) validateScheduler() error {
 	switch {
 	case c.Scheduler.MisfireGrace <= 0:
 		return errors.New("scheduler.misfire_grace must be > 0")
 	case c.Scheduler.MaxCatchUp < 1:
 		return errors.New("scheduler.max_catch_up must be >= 1")
 	}
-	queues := make([]string, len(c.Pools))
-	for i, p := range c.Pools {
-		queues[i] = p.Queue
-	}
-	rules := schedule.Rules{Queues: queues, MaxPayload: schedule.MaxPayloadDefault, AllowSubsecond: c.Scheduler.AllowSubsecond, Now: now}
 	seen := map[string]int{}
 	for i, s := range c.Schedules {
-		d := s.Definition()
-		if err := d.Check(rules); err != nil {
-			var fe *schedule.FieldError
-			if errors.As(err, &fe) {
-				return fmt.Errorf("schedules[%d].%s: %v%s", i, fe.Field, fe.Err, s.at(fe.Field))
-			}
-			return fmt.Errorf("schedules[%d]: %v%s", i, err, s.at(""))
-		}
 		if j, dup := seen[s.Name]; dup {
-			return fmt.Errorf("schedules[%d].name: duplicate schedule %q (also schedules[%d])%s", i, s.Name, j, s.at("name"))
+			return fmt.Errorf("schedules[%d].name: duplicate schedule %q (also schedules[%d])%s", i, s.Name, j, c.At(i, "name"))
 		}
 		seen[s.Name] = i
 	}

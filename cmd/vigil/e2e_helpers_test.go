@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/vigil-dev/vigil"
 	"github.com/vigil-dev/vigil/config"
 	"github.com/vigil-dev/vigil/health"
 	"github.com/vigil-dev/vigil/internal/redisconn"
@@ -62,7 +63,7 @@ func e2eConfig(tb testing.TB, redisURL string, n int) config.Config {
 	cfg.Pools = []config.Pool{{Queue: "tag", Workers: n, Command: []string{exe}, Concurrency: 1,
 		TaskTimeout: config.Duration(time.Minute), Env: map[string]string{envTestWorker: "1"},
 		Backpressure: config.Backpressure{PauseInterval: config.Duration(time.Second)}}}
-	if err := cfg.Validate(); err != nil {
+	if err := vigil.ValidateSettings(cfg); err != nil {
 		tb.Fatal(err)
 	}
 	return cfg

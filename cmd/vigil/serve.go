@@ -73,7 +73,7 @@ func applyOverrides(cfg *config.Config, flags *config.Flags) error {
 	if err := cfg.ReadSecretFiles(); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := vigil.ValidateSettings(*cfg); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil

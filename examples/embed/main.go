@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string) error {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, `<p>My program. <a href="admin/">Its workers</a>.</p>`)
 	})
-	mux.Handle("/admin/", http.StripPrefix("/admin", v))
+	v.Mount(mux) // /admin/: the prefix is Config.BasePath
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		_ = v.Close(context.Background())

@@ -1,4 +1,4 @@
-package config
+package vigil
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ import (
 // The worker runtime's per-pool settings reach the workers' environment,
 // where health.LoadWorkerEnv reads them back.
 func TestSupervisorPoolsPassWorkerSettings(t *testing.T) {
-	c, err := Parse([]byte(`
+	c, err := ParseSettings([]byte(`
 pools:
   - queue: tag
     workers: 1
@@ -22,7 +22,7 @@ pools:
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := c.SupervisorPools()[0].Env
+	env := supervisorPools(c)[0].Env
 	if env["MODEL"] != "small" {
 		t.Fatalf("pool env lost: %v", env)
 	}

@@ -1,4 +1,4 @@
-package config
+package vigil
 
 import (
 	"strings"
@@ -31,14 +31,14 @@ schedules:
 `
 
 func TestSchedules(t *testing.T) {
-	c, err := Parse([]byte(schedulesYAML))
+	c, err := ParseSettings([]byte(schedulesYAML))
 	if err == nil {
-		err = c.Validate()
+		err = ValidateSettings(c)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := c.ScheduleDefinitions()
+	ds := scheduleDefinitions(c)
 	if len(ds) != 2 {
 		t.Fatalf("%d schedules", len(ds))
 	}
@@ -51,7 +51,7 @@ func TestSchedules(t *testing.T) {
 	if ds[1].Payload != nil || ds[1].CatchUp != "" {
 		t.Errorf("tick: %+v", ds[1])
 	}
-	if s := c.SchedulerSettings(); s.MisfireGrace != 30*time.Second || s.MaxCatchUp != schedule.MaxCatchUpDefault || s.AllowSubsecond {
+	if s := schedulerSettings(c); s.MisfireGrace != 30*time.Second || s.MaxCatchUp != schedule.MaxCatchUpDefault || s.AllowSubsecond {
 		t.Errorf("settings %+v", s)
 	}
 }
@@ -77,9 +77,9 @@ func TestBadScheduleNamesFieldAndLine(t *testing.T) {
 			if !strings.Contains(schedulesYAML, tt.old) {
 				t.Fatalf("%q not in the document", tt.old)
 			}
-			c, err := Parse([]byte(strings.Replace(schedulesYAML, tt.old, tt.new, 1)))
+			c, err := ParseSettings([]byte(strings.Replace(schedulesYAML, tt.old, tt.new, 1)))
 			if err == nil {
-				err = c.Validate()
+				err = ValidateSettings(c)
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v\nwant it to say %q", err, tt.want)
@@ -87,9 +87,9 @@ func TestBadScheduleNamesFieldAndLine(t *testing.T) {
 		})
 	}
 	// The setting allows it.
-	c, err := Parse([]byte(strings.Replace(schedulesYAML, "misfire_grace: 30s", "misfire_grace: 30s\n  allow_subsecond: true", 1) + "  - {name: fast, spec: '@every 100ms', queue: reports, type: t}\n"))
+	c, err := ParseSettings([]byte(strings.Replace(schedulesYAML, "misfire_grace: 30s", "misfire_grace: 30s\n  allow_subsecond: true", 1) + "  - {name: fast, spec: '@every 100ms', queue: reports, type: t}\n"))
 	if err == nil {
-		err = c.Validate()
+		err = ValidateSettings(c)
 	}
 	if err != nil {
 		t.Errorf("sub-second schedule with allow_subsecond: %v", err)
