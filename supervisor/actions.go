@@ -9,8 +9,8 @@ import (
 	"github.com/vigil-dev/vigil/policy"
 )
 
-// errNotHolder is a local answer meaning "this host no longer holds the
-// slot": the action is sent to the host that does.
+// errNotHolder is a local answer: another host holds the slot now, and the
+// action is sent to that host.
 var errNotHolder = errors.New("this host no longer holds the slot")
 
 // ErrSlotMoving answers an action on a component whose slot is on its way
@@ -127,7 +127,9 @@ func (s *Supervisor) restartLocal(ctx context.Context, id health.ComponentID) (h
 		case w.state == stRunning || w.state == stStopping:
 			s.stopWorker(t, "operator restart", false, &later{f: s.restartThen(w, reply), restart: true})
 		case s.startUnsafe(w):
-			reply(errLeaseStale) // nothing changed (E32)
+			// Refused, nothing changed: no start while the lease may be
+			// another host's (TestRestartDuringAnOutageLongerThanTheLease).
+			reply(errLeaseStale)
 		case w.state == stIdle:
 			failed := w.rec.Status == health.StatusFailed
 			if failed {
@@ -142,12 +144,13 @@ func (s *Supervisor) restartLocal(ctx context.Context, id health.ComponentID) (h
 }
 
 // restartThen is the second half of a restart of a running worker, run
-// once its process has stopped. Invariants 1 and 2 of issue 12: it never
-// starts a second process for the slot, nor one no supervisor tracks. It starts the worker only if it is still
-// this host's, idle, and the host is not shutting down (issue 12, defect 2:
-// a restart during a release or a fence never starts an unsupervised
-// process); a restart queued behind another is answered by the process
-// that one started.
+// once its process has stopped. It never starts a second process for the
+// slot, nor one no supervisor tracks: it starts the worker only if it is
+// still this host's, idle, and the host is not shutting down (a restart
+// during a release or a fence never starts an unsupervised process:
+// TestRestartDuringReleaseIsRefused); a restart queued behind another is
+// answered by the process that one started
+// (TestQueuedRestartsStartOneProcess).
 func (s *Supervisor) restartThen(w *worker, reply func(error)) func(error) {
 	return func(err error) {
 		switch {
@@ -156,13 +159,17 @@ func (s *Supervisor) restartThen(w *worker, reply func(error)) func(error) {
 		case s.shuttingDown:
 			reply(ErrStopped)
 		case w.state == stRunning, w.state == stBackoff:
-			reply(nil) // an earlier restart queued with this one started it, or holds its start (E32, E40)
+			// An earlier restart queued with this one started it, or
+			// holds its start until Redis answers and the lease is
+			// renewed (TestQueuedRestartsStartOneProcess).
+			reply(nil)
 		case w.state != stIdle:
 			reply(refusal(w, evOpRestart))
 		default:
 			t, _ := s.begin(w, evOpRestart)
 			if s.startUnsafe(w) {
-				// Stopped already: the start waits for the lease (E32).
+				// Stopped already: the start waits for the lease to be
+				// renewed (TestRestartDuringAnOutageLongerThanTheLease).
 				s.holdStart(t)
 				reply(nil)
 				return
@@ -195,8 +202,9 @@ func (s *Supervisor) resetLocal(ctx context.Context, id health.ComponentID, rest
 		w := t.w
 		if restart && s.startUnsafe(w) {
 			// Refused whole, nothing changed: an answer that says the
-			// action failed must not leave the slot reset and held
-			// (fault explorer E46: nobody knew to start it again).
+			// action failed must not leave the slot reset and held, with
+			// nobody to start it again
+			// (TestResetAndRestartDuringAnOutageChangesNothing).
 			reply(errLeaseStale)
 			return
 		}

@@ -26,7 +26,8 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedA
 		w.rec = health.Component{ID: id, Restarts: rec.Restarts}
 		if pid := s.earlier[id]; ownedProcessAlive(pid, id) {
 			// Redis lost the record of this host's earlier instance's
-			// process, which still runs here (E48): wait for it.
+			// process, which still runs here: wait for it, or the slot
+			// runs twice (TestRestartedHostAfterADataLossStopsItsOrphans).
 			s.afterOld(t, pid, false)
 			return
 		}
@@ -70,11 +71,13 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedA
 		}
 		if rec.PID <= 0 && rec.Status == health.StatusStarting && rec.Instance != "" && rec.Instance != s.cfg.Instance {
 			// This host's earlier instance was starting a process and
-			// died before it recorded the pid (review of E36): that
-			// process runs on this machine until its parent-death stop
-			// ends it. Found, it is waited for as one whose pid was
-			// recorded; not found (or not yet exec'd), it is given
-			// stop_timeout to go.
+			// died before it recorded the pid: that process runs on this
+			// machine until its parent-death stop ends it, and starting
+			// at once would run the slot twice. Found, it is waited for
+			// as one whose pid was recorded; not found (or not yet
+			// exec'd), it is given stop_timeout to go
+			// (TestRestartedHostOverItsOwnStartInFlight,
+			// TestRestartedHostFindsItsOwnStartInFlight).
 			if pid := s.spawnedBy(id, rec.Instance); pid > 0 {
 				rec.PID = pid
 			} else {
@@ -97,7 +100,7 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedA
 // is gone (its parent-death signal ends it; it gets VIGIL_SHUTDOWN_TIMEOUT
 // to finish, plus a second, then its group is killed) and its tasks
 // requeued. Until then it waits (waitingOld): starting it sooner would run
-// the slot twice (invariant 1 of issue 12). term: the process is another
+// the slot twice (TestStartupReconcile). term: the process is another
 // host's (see foreignWorkerAlive): its group gets SIGTERM now, as no
 // parent-death signal may ever reach it.
 //
@@ -106,12 +109,14 @@ func (s *Supervisor) adopt(id health.ComponentID, rec health.Component, claimedA
 // sends it SIGHUP and SIGCONT: it dies. Adopted by a subreaper of its own
 // session (a supervisor embedded in a bigger program, the fault explorer)
 // it is not, and nothing it runs can help: only SIGKILL ends a stopped
-// process. Whoever's it is (this host's earlier instance, fault explorer
-// E19, or a lost host's on this machine, E16), a stopped process does no
-// work and is going anyway: it gets SIGKILL at once, and so does one
-// frozen while it is waited for (checked every poll). Waiting stop_timeout
-// for it would let it outlive its supervisor by more than that once
-// anything (a Redis stall) delayed the adopt (invariant 2).
+// process. Whoever's it is (this host's earlier instance:
+// TestRestartedHostKillsItsFrozenOrphanAtOnce; or a lost host's on this
+// machine: TestFrozenOrphanDiesWhenAnotherHostTakesItsSlot), a stopped
+// process does no work and is going anyway: it gets SIGKILL at once, and
+// so does one frozen while it is waited for (checked every poll). Waiting
+// stop_timeout for it would let it outlive its supervisor by more than
+// the stop_timeout + 1 s a worker may, once anything (a Redis stall)
+// delayed the adopt.
 // On another machine nothing reaches it; it does nothing while frozen
 // (no job taken or finished) and dies once thawed.
 func (s *Supervisor) afterOld(t step, pid int, term bool) {
@@ -166,11 +171,12 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 			// them (a crash job that brought it down on its way out);
 			// this host's, which cannot tell, counts none. Both are
 			// idempotent and the first takes the tasks: that host is
-			// given an op_timeout to be first (explorer seed 110816: this
-			// host's recovery came 11 ms before the parent's, and a crash
-			// job ran once more than job_crash_retries allows). A parent
+			// given an op_timeout to be first, or this host's recovery
+			// can come a few ms before the parent's and a crash job runs
+			// once more than job_crash_retries allows
+			// (TestLostHostsOwnRecoveryCountsItsWorkersCrash). A parent
 			// cut from Redis defers its recovery; this host's then puts
-			// the tasks back, uncounted, as before.
+			// the tasks back, uncounted.
 			select {
 			case <-s.dead:
 				return
@@ -187,23 +193,25 @@ func (s *Supervisor) afterOld(t step, pid int, term bool) {
 // afterInFlight starts t's worker, taken over while a start was in
 // flight (its record says starting and names no pid), only once the
 // process that start made has had the time, delay, to be stopped by its
-// own host (fault explorer E36, invariant 1). Such a record is a spawn in
+// own host: never two live processes for one slot
+// (TestTakeoverWaitsForAStartInFlight). Such a record is a spawn in
 // flight: its host writes it, then starts the process, then records its
 // pid. Its lease was gone in between; the process it started may run, and
-// no pid says where (on another machine nothing could): h0 started its own
-// worker at once while h1's lived. That host learns the slot is another's
-// at its pid write (refused, as its lease is ours) or at its next
-// renewal, and SIGKILLs the process within stop_timeout.
+// no pid says where (on another machine nothing could): a taker that
+// started its own worker at once would run beside it. That host learns
+// the slot is another's at its pid write (refused, as its lease is ours)
+// or at its next renewal, and SIGKILLs the process within stop_timeout.
 //
-// The worker waits in waiting_start, not in backoff (review of E36): an
-// operator restart or reset of a worker in backoff starts it at once, and
-// a release or a shutdown let it go and wrote the record stopped, which
-// the next holder started at once. In waiting_start the table refuses the
-// operator's actions, and nothing is written for the slot: the record
-// still says a start is in flight, so a release, a shutdown (which ends
-// the wait: Stop stays bounded, invariant 6) or a loss of Redis's data
-// (the record is written back as it was) leaves the wait to whoever holds
-// the slot next.
+// The worker waits in waiting_start, not in backoff: an operator restart
+// or reset of a worker in backoff would start it at once, and a release or
+// a shutdown would let it go and write the record stopped, which the next
+// holder would start at once (TestOperatorActionDuringTheWaitForAStartInFlight,
+// TestShutdownDuringTheWaitForAStartInFlight). In waiting_start the table
+// refuses the operator's actions, and nothing is written for the slot: the
+// record still says a start is in flight, so a release, a shutdown (which
+// ends the wait: Stop stays bounded) or a loss of Redis's data (the record
+// is written back as it was) leaves the wait to whoever holds the slot
+// next.
 func (s *Supervisor) afterInFlight(t step, why, from string, delay time.Duration) {
 	w := t.w
 	t.to(stWaitingStart)
@@ -221,8 +229,9 @@ func (s *Supervisor) onStartGone(t step) {
 	if err := s.write(w, health.Write{Actor: health.ActorTakeover, NoCheck: true}); err != nil {
 		return // the slot is another's: fenced once this event is handled
 	}
-	// Not renewed for a lease while it waited: no start until a renewal
-	// (E32).
+	// Not renewed for a lease while it waited: the lease may have lapsed
+	// and the slot be another host's. No start until a renewal, as for
+	// any start (TestRestartDuringAnOutageLongerThanTheLease).
 	if s.startUnsafe(w) {
 		s.holdStart(t)
 		return
@@ -310,8 +319,8 @@ func (s *Supervisor) onGone(m goneMsg) {
 	}
 	// Not renewed for a lease while it waited (Redis away, or this host
 	// too slow to renew): the lease may have lapsed and the slot be
-	// another host's, which starts it too (E36). No start until a renewal,
-	// as for any start (E32).
+	// another host's, which starts it too. No start until a renewal, as for
+	// any start (TestOldProcessGoneDuringAnOutageLongerThanTheLease).
 	if s.startUnsafe(w) {
 		s.holdStart(t)
 		return
@@ -322,12 +331,13 @@ func (s *Supervisor) onGone(m goneMsg) {
 // spawnOver starts t's worker once the earlier process pid is gone. The
 // slot's record may still name that process: Redis lost the record while
 // the process was waited for, and its next heartbeat re-created it,
-// healthy (a heartbeat re-creates a record that is gone). The spawn's
-// write is then refused (healthy → starting), and the worker stayed for
-// good waiting for a process that was gone: the slot never ran again and
-// a Stop never returned (fault explorer E25). The slot is this host's
-// (every write checks the lease) and the process named is gone: the
-// record is written crashed over it, and the worker started.
+// healthy (a heartbeat re-creates a record that is gone). Should the
+// spawn's write be refused over it (healthy → starting), the worker must
+// not stay waiting for a process that is gone: the slot would never run
+// again and a Stop would never return
+// (TestRecordRecreatedByTheOldProcessWhileWaitedFor). The slot is this
+// host's (every write checks the lease) and the process named is gone:
+// the record is written crashed over it, and the worker started.
 func (s *Supervisor) spawnOver(t step, pid int) {
 	w := t.w
 	err := s.spawn(t, health.ActorMonitor, false)

@@ -21,8 +21,9 @@ func (s *Supervisor) beyondPool(id health.ComponentID) bool {
 
 // removeState deletes w's keys for good (record, restart history,
 // heartbeat, counters, pause, lease) and drops it from the index, with a
-// worker_removed event that keeps its history (issue 20). The caller holds
-// the slot's lease and w has no process.
+// worker_removed event that keeps its history
+// (TestPoolShrinkRemovesSlotsBeyond). The caller holds the slot's lease
+// and w has no process.
 func (s *Supervisor) removeState(w *worker) error {
 	ctx, cancel := s.opCtx()
 	defer cancel()

@@ -10,10 +10,11 @@ import (
 )
 
 // write stores w.rec (see health.Store.Write), as the slot's owner: the
-// write script refuses it unless this host holds the slot's lease
-// (invariant 3 of issue 12: no host writes a record for a slot whose
-// lease it does not hold). A refusal for that reason fences the worker
-// once the current event is handled. While Redis is unreachable it only
+// write script refuses it unless this host holds the slot's lease (no host
+// writes a record for a slot whose lease it does not hold, so the record
+// names the lease holder: TestFencedHostDoesNotWriteOverTheNewOwner,
+// health's TestWriteChecksTheOwner). A refusal for that reason fences the
+// worker once the current event is handled. While Redis is unreachable it only
 // marks w dirty: the record is written back when Redis returns. A refused
 // write is returned; Redis errors are not (they are an outage).
 func (s *Supervisor) write(w *worker, wr health.Write) error {
@@ -60,20 +61,21 @@ func (s *Supervisor) lostToAnother(w *worker, err error) {
 
 // leaseStale reports whether this host has not renewed w's slot lease for
 // a lease (Redis was away): the slot may be another host's by now, its
-// lease lapsed, which would run it too (invariant 1). No process is
-// started for it until a renewal (holdStart); a lost lease fences the
+// lease lapsed, which would run it too: two live processes for one slot.
+// No process is started for it until a renewal (holdStart;
+// TestRestartDuringAnOutageLongerThanTheLease); a lost lease fences the
 // worker instead.
 func (s *Supervisor) leaseStale(w *worker) bool {
 	return !w.heldAt.IsZero() && time.Since(w.heldAt) >= s.cfg.Lease
 }
 
 // startUnsafe reports whether no process may start for w now: Redis is
-// away, or w's slot lease has not been renewed for a lease (leaseStale,
-// E32). While Redis is away the starting record cannot name the process:
-// a host that takes the slot once this host's lease lapses finds no
-// process to wait for and starts its own (fault explorer E40: a crashed
-// worker restarted while Redis did not answer this host ran beside the
-// next holder's). A worker needs Redis to do anything anyway.
+// away, or w's slot lease has not been renewed for a lease (leaseStale).
+// While Redis is away the starting record cannot name the process: a host
+// that takes the slot once this host's lease lapses finds no process to
+// wait for and starts its own, beside ours. So a crashed worker's
+// replacement waits for Redis (TestCrashDuringOutageDoesNotCascadeToFailed,
+// TestRedisOutageCrashCounted). A worker needs Redis to do anything anyway.
 func (s *Supervisor) startUnsafe(w *worker) bool {
 	return s.redis.down() || s.leaseStale(w)
 }
@@ -140,8 +142,11 @@ func (s *Supervisor) spawn(t step, actor health.Actor, writeRestarts bool) error
 }
 
 // recordPID writes the new process's pid into its starting record. Until
-// then the record has none, and no heartbeat adopts it (issue 12, defect
-// 8): the child's first beats wait for it.
+// then the record has none, and no heartbeat adopts it, so a stale process
+// of the slot cannot take a fresh record for its own (health's
+// TestBeatDoesNotAdoptStartingWithoutPID,
+// TestSetPIDRefusedWhenTheRecordNamesAnotherPID): the child's first beats
+// wait for it.
 func (s *Supervisor) recordPID(w *worker) {
 	if s.redis.down() {
 		return // w is dirty: the whole record is written when Redis returns
@@ -202,21 +207,22 @@ func (s *Supervisor) check(t step) {
 		if beaten(p.Status) && w.rec.Status == health.StatusStarting {
 			w.rec.Status, w.rec.HealthySince = health.StatusHealthy, p.HealthySince
 		}
-		// At the key's expiry: a recovering window (issue 20) moved it
-		// further, and the window's end is judged as any expiry.
+		// At the key's expiry: a recovering window moved it further, and
+		// the window's end is judged as any expiry
+		// (TestRecoveringWindowOutlivesTTLThenExpiryIsACrash).
 		s.arm(w, timerCheck, p.TTL+time.Millisecond)
 	case p.Status == health.StatusNone || p.Instance == "":
 		// Key and record gone (or the record re-created without what only
 		// the supervisor writes): Redis lost its data between the last beat
 		// and this deadline. Never a reason to kill, nor a crash to count
-		// (issue 12, defect 5, invariant 5): write the state again and give
-		// every worker a TTL of grace.
+		// (only real crashes count: TestDataLossAtHeartbeatDeadlineKillsNothing):
+		// write the state again and give every worker a TTL of grace.
 		s.logw(w).Warn("heartbeat key and record gone at the deadline: Redis lost its data; writing the state again", "pid", w.proc.pid)
 		s.deferUntilIdle(func() { s.dataLost("state written again after Redis lost its data (seen at a heartbeat deadline)") })
 	case s.redis.answeredFor(sh, hb.TTL, now) > 0:
 		// The shard did not answer for the whole TTL (a stall, an outage
 		// just ended): the worker may have had no chance to beat. Judged
-		// once it has answered for a TTL (fault explorer E14).
+		// once it has answered for a TTL (TestRedisStallLongerThanTTLKillsNothing).
 		s.arm(w, timerCheck, s.redis.answeredFor(sh, hb.TTL, now)+time.Millisecond)
 	case w.sawBeat || beaten(p.Status):
 		// Before the kill: did Redis restart unseen since the last beat
@@ -224,8 +230,8 @@ func (s *Supervisor) check(t step) {
 		// alive (its record says it beat) beat after its start at least.
 		// Not after judgeFrom, which Redis's return moves (rewriteState):
 		// a restart of this shard before an outage of another ended would
-		// be missed, and on a Cluster a healthy worker killed (review of
-		// c19eae5).
+		// be missed, and on a Cluster a healthy worker killed
+		// (TestUnseenRestartThenAnOutageOfAnother).
 		switch s.restartUnseen(w, sh, latest(w.beatAt, w.proc.began)) {
 		case unseenDown:
 			return
