@@ -12,15 +12,17 @@ import (
 // stepCalls times, one by one, the Redis calls of a step of the tick (and
 // of the writes after a data loss): while the monitor waits in a step it
 // makes no other call, the pulse included, so a stall that holds one of
-// the step's calls is seen by that call or not at all (fault explorer
-// E26). A call answered after longer than slow is a window the monitor
-// could not watch (availability.unseen); a step that lasts long because
-// it makes many calls, each answered at once (a big adoption, the
-// leader's statistics, a slow link's round trips), is not: counting the
-// whole step postponed the judgement of every heartbeat by a TTL at every
-// such tick, and with the ticks closer than a TTL (the defaults: 5 s
-// against 30 s) no hung worker was ever killed. A call that failed is not
-// counted: the step fails, and the outage is judged as one.
+// the step's calls is seen by that call or not at all
+// (TestTickHeldWhileWorkersCannotBeatKillsNothing). A call answered after
+// longer than slow is a window the monitor could not watch
+// (availability.unseen); a step that lasts long because it makes many
+// calls, each answered at once (a big adoption, the leader's statistics, a
+// slow link's round trips), is not: counting the whole step would postpone
+// the judgement of every heartbeat by a TTL at every such tick, and with
+// the ticks closer than a TTL (the defaults: 5 s against 30 s) no hung
+// worker would ever be killed (TestSlowTickStepStillJudgesHangs). A call
+// that failed is not counted: the step fails, and the outage is judged as
+// one.
 //
 // The calls are the ones made with a context from with, through the
 // store's client, which carries callTiming (hooked once by New).
@@ -84,9 +86,10 @@ type perCallKey struct{}
 // its own, d from its start, within ctx's: a tick's budget covers many
 // calls, but a Stop that cancels the tick (its base) cannot end a call
 // waiting on a Redis that does not answer (go-redis ends a read at its
-// deadline only, not at a cancellation): the Stop waited for the rest of
-// the tick's budget, five op_timeouts, before it could stop a worker
-// (fault explorer E44, redis-server seed 93811: a paused Redis).
+// deadline only, not at a cancellation): without a deadline per call, a
+// Stop during a tick on a paused Redis would wait for the rest of the
+// tick's budget, five op_timeouts, before it could stop a worker
+// (TestStopDuringATickOnAPausedRedis).
 func boundCalls(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, perCallKey{}, d)
 }

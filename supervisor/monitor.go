@@ -264,7 +264,10 @@ func (s *Supervisor) stepCalls() *stepCalls {
 // longer than slow: windows in which the monitor, waiting on one call in
 // a step of the tick, could make no other, the pulse included. Each counts
 // as a stall of every shard: no heartbeat is judged until every shard has
-// answered for a whole TTL after it (availability.unseen, E26).
+// answered for a whole TTL after it (availability.unseen;
+// TestTickHeldWhileWorkersCannotBeatKillsNothing). Only a single call
+// that long counts: a step long for its many quick calls is no stall
+// (TestSlowTickStepStillJudgesHangs).
 func (s *Supervisor) waited(c *stepCalls) {
 	for _, w := range c.take() {
 		if s.redis.unseen(w.start, w.end) {

@@ -213,7 +213,10 @@ func (s *Supervisor) startProcess(p *Pool, id health.ComponentID) (*process, err
 
 // exitLate is how long after a worker's exit (its reaping) telling or
 // handling it may take before that is logged: the monitor's view of its
-// workers is that late (fault explorer E43).
+// workers is that late, and so are the operator actions and the Stop that
+// wait for the exit (bounded at stop_timeout + 2 s), so the line says where
+// the time went. A machine that stalls exiting processes makes such lines;
+// the explorer's replay list (explore/testdata/seeds.txt) keeps those runs.
 const exitLate = time.Second
 
 // pipeCloses is how long the output pipe of an exited worker whose group

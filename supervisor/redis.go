@@ -96,9 +96,10 @@ func (s *Supervisor) probeRedis() {
 		// Each call has op_timeout of its own (a PING, a write, and on a
 		// Cluster a PING and CLUSTER INFO per master): a Redis that
 		// answers every call within op_timeout is back, however slow its
-		// round trips. One op_timeout for them all never found a Redis
-		// back whose round trip took half of it: the first call after an
-		// outage takes two (go-redis tries again on a new connection) (E56).
+		// round trips. One op_timeout for them all would never find a
+		// Redis back whose round trip takes half of it: the first call
+		// after an outage takes two (go-redis tries again on a new
+		// connection) (TestRedisBackOnASlowLink).
 		ctx, cancel := s.budgetCtx(s.over, probeBudget)
 		err := pingAll(ctx, s.store.Client())
 		if err == nil {
@@ -142,11 +143,13 @@ func (s *Supervisor) probeWrite(ctx context.Context) error {
 }
 
 // pingAll pings Redis: on a Cluster, every master of the slot map, read
-// afresh (issue 17, item 2). A cluster client's own PING goes to one node
-// (each in turn): during a failover a live one answers while the failed
-// shard's slots still fail, and Redis was declared back seconds before it
-// was, then lost again at the next call to that shard, over and over, the
-// heartbeats' grace counting from a return that was not one. The slot map
+// afresh. A cluster client's own PING goes to one node (each in turn):
+// during a failover a live one answers while the failed shard's slots
+// still fail, and Redis would be declared back seconds before it is, then
+// lost again at the next call to that shard, over and over, the
+// heartbeats' grace counting from a return that was not one: Redis is
+// back once per failover (failover's TestClusterFailoverRedisBackOnce,
+// `make test-failover`). The slot map
 // names the failed master until its replica is promoted: from then on
 // every shard answers.
 func pingAll(ctx context.Context, c redis.UniversalClient) error {
@@ -213,7 +216,7 @@ func recordLost(w *worker, stored health.Component) (lost, taken bool) {
 	// history and everything else only the supervisor knows; by another
 	// process (another host's worker for the slot), it is not ours to
 	// write over: our worker exits as stale, and the lease decides who runs
-	// the slot (fault explorer E17).
+	// the slot (TestStaleExitIsNotACrash).
 	recreated := stored.Instance == "" && w.rec.Instance != ""
 	byOther := recreated && stored.PID != 0 && stored.PID != w.rec.PID
 	lost = stored.Status == health.StatusNone || recreated && !byOther
@@ -227,9 +230,10 @@ func recordLost(w *worker, stored health.Component) (lost, taken bool) {
 // one (recordLost). A record another host wrote meanwhile is written again
 // from this host's state. Either way the hold was broken (a lapse has
 // moved heldSince already; an unsure renewal had not): an exit of the
-// process started before is not a crash (holdBroken; review after fault
-// explorer E61: another host may have taken the slot, stopped our process
-// and given the slot up before our unanswered renewal took it again).
+// process started before is not a crash (holdBroken): another host may
+// have taken the slot, stopped our process and given the slot up before
+// our unanswered renewal took it again
+// (TestLostRenewalReplyOverATakeoverCountsNoCrash).
 func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error) {
 	var ids []health.ComponentID
 	var rw []*worker
@@ -256,10 +260,11 @@ func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error
 		case taken:
 			// Another host held the slot while the lease lapsed, and gave
 			// it up; the lease is this host's again, so the record says
-			// what this host does with the slot (fault explorer E60, seed
-			// 247251: an operator's stop, left under the other host's
-			// "stopped for a rebalance", held the slot with no host to
-			// start it). The slot's restart history went with it.
+			// what this host does with the slot: an operator's stop left
+			// under the other host's "stopped for a rebalance" would hold
+			// the slot with no host to start it
+			// (TestLapsedLeaseTakenBackRewritesAnotherHostsRecord). The
+			// slot's restart history is the one that host left.
 			s.logw(w).Warn("its record was another host's while its lease lapsed or was renewed unanswered: written again", "stored_host", stored[i].Host,
 				"stored_status", stored[i].Status, "stored_reason", stored[i].Reason)
 			w.rec.Restarts = stored[i].Restarts
@@ -279,8 +284,10 @@ func (s *Supervisor) recordsLost(ctx context.Context, ws []*worker) (bool, error
 // none for a shard that answered all along. A record another instance
 // wrote since (a host that took the slot over while this one could not
 // reach Redis) is written again only if the lease is this host's again
-// (that host gave the slot up: fault explorer E60); otherwise it is left
-// alone, and the next renewal fences the worker if the lease is another's.
+// (that host gave the slot up:
+// TestLapsedLeaseTakenBackRewritesAnotherHostsRecord); otherwise it is
+// left alone, and the next renewal fences the worker if the lease is
+// another's.
 func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 	var ids []health.ComponentID
 	for _, id := range s.ids() {
@@ -335,7 +342,8 @@ func (s *Supervisor) rewriteState(why string, afterOutage bool) {
 		if taken[i] && ours[id] {
 			// Another host's since, and the lease this host's again (that
 			// host gave the slot up): written again, with the slot's
-			// restart history as that host left it (E60).
+			// restart history as that host left it
+			// (TestLapsedLeaseTakenBackRewritesAnotherHostsRecord).
 			w.rec.Restarts, write = stored[i].Restarts, true
 		}
 		if write {

@@ -67,9 +67,9 @@ func (s *Supervisor) stopProcess(w *worker, reason string, held bool) {
 }
 
 // signalStop is stopProcess without the write, which may wait on Redis
-// (op_timeout): the worker's stop_timeout starts now, whatever Redis does
-// (fault explorer E44: a host shutdown on a paused Redis sent its workers
-// SIGTERM only once the write of stopping had given up). The exit, seen
+// (op_timeout): the worker's stop_timeout starts now, whatever Redis does,
+// so that a host shutdown on a paused Redis still stops its workers, and
+// returns, in time (TestStopDuringATickOnAPausedRedis). The exit, seen
 // by this goroutine only after the write, is recorded after it.
 func (s *Supervisor) signalStop(w *worker, reason string, held bool) {
 	w.stop = &stopReq{reason: reason, held: held}
@@ -98,7 +98,7 @@ func (s *Supervisor) stopTimeout(w *worker) {
 // old process go on as they are.
 //
 // Every running worker gets SIGTERM before any record is written: the
-// writes may each wait on Redis (E44).
+// writes may each wait on Redis (TestStopDuringATickOnAPausedRedis).
 func (s *Supervisor) shutdown() {
 	s.shuttingDown = true
 	var signalled []*worker
