@@ -7,11 +7,12 @@ import (
 
 // availability is the monitor's judgement of whether Redis answers, made
 // from the monitor's own calls (no separate probe while Redis answers). It
-// decides when a heartbeat may be judged (docs/design.md §11, issue 17 item 2):
-// only if the shard that holds the heartbeat answered for the whole TTL
-// before the deadline. A worker cannot beat while its shard does not
-// answer, so a key that expired during an outage or a stall says nothing
-// about the worker; the grace starts when that shard answers again.
+// decides when a heartbeat may be judged (docs/design.md §11): only if the
+// shard that holds the heartbeat answered for the whole TTL before the
+// deadline. A worker cannot beat while its shard does not answer, so a
+// key that expired during an outage or a stall says nothing about the
+// worker; the grace starts when that shard answers again
+// (TestAvailability, TestAvailabilityPerShard).
 //
 // A shard did not answer:
 //   - from a failed call to it until a call to it is answered again (an
@@ -19,7 +20,7 @@ import (
 //   - for the length of a call to it that answered, but only after more
 //     than slow (a stall: a paused server, a network that holds the
 //     bytes); no call fails then, yet the workers could not beat either
-//     (fault explorer E14).
+//     (TestRedisStallLongerThanTTLKillsNothing).
 //
 // A stall is seen only by a call that overlaps it, so the monitor makes
 // one to every shard that holds a running worker's heartbeat at least
@@ -30,8 +31,9 @@ import (
 // lasts more than 2·pulse and is seen, and a call during such an outage
 // fails. That holds only while the monitor is free to make the pulse: a
 // call of a step of the tick keeps it from doing so while it waits, and
-// one longer than slow counts as a stall of every shard (unseen, fault
-// explorer E26; the calls are timed one by one, stepCalls).
+// one longer than slow counts as a stall of every shard (unseen; the
+// calls are timed one by one, stepCalls;
+// TestTickHeldWhileWorkersCannotBeatKillsNothing).
 //
 // Shards. A single Redis (plain or behind Sentinel) is one shard,
 // wholeRedis, judged as one thing: the same value as the whole Redis
@@ -42,7 +44,8 @@ import (
 // fed by the monitor's calls that touch it (heartbeat reads, lease
 // renewals, the rewrite after an outage, the pulse, timed per node). While
 // one shard fails over, the workers of the others are judged as usual: a
-// hung one is killed within its TTL, not a failover plus a TTL later.
+// hung one is killed within its TTL, not a failover plus a TTL later
+// (failover's TestClusterShardFailoverJudgesOthers, `make test-failover`).
 //
 // The whole Redis (down, outage, answeringSince) is what the rest of the
 // monitor goes by: a failed call to any shard is an outage of the control
@@ -193,13 +196,13 @@ func (a *availability) answered(start, end time.Time, shs ...shard) bool {
 // unseen records that the monitor waited on Redis from start to end in a
 // call of a step of the tick (its reads and writes after its renewal,
 // timed one by one: stepCalls). Meanwhile it made no other call, the pulse
-// included:
-// a stall of any shard in that window would have gone unseen, and a
-// worker's key may have expired for it (fault explorer E26: two Redis
-// pauses back to back, the tick held by the second, the heartbeat read
-// just after it answered at once). Longer than slow, the window counts as
-// a stall of every shard: it reports true, and no heartbeat is judged
-// until each shard has answered for a TTL after end.
+// included: a stall of any shard in that window would have gone unseen,
+// and a worker's key may have expired for it (two Redis pauses back to
+// back, the tick held by the second, the heartbeat read just after it
+// answered at once: TestTickHeldWhileWorkersCannotBeatKillsNothing).
+// Longer than slow, the window counts as a stall of every shard: it
+// reports true, and no heartbeat is judged until each shard has answered
+// for a TTL after end.
 func (a *availability) unseen(start, end time.Time) bool {
 	if end.Sub(start) <= a.slow {
 		return false

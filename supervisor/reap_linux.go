@@ -17,10 +17,12 @@ import (
 	"github.com/vigil-dev/vigil/internal/clock"
 )
 
-// Descendants of workers (docs/design.md §4.5, issue 18 row 4). When a worker's
-// leader exits — crash or stop — whatever it left behind gets SIGTERM, then
+// Descendants of workers (docs/design.md §4.5). When a worker's leader
+// exits — crash or stop — whatever it left behind gets SIGTERM, then
 // SIGKILL once stop_timeout has passed since the first SIGTERM its group got.
-// Nothing a worker started outlives it:
+// Nothing a worker started outlives it, nor is left a zombie
+// (TestDescendantsDieWithACrashedWorker, TestDescendantsDieWithAStoppedWorker,
+// TestDescendantsDieWithTheSupervisor):
 //
 //   - its process group (every worker is a group leader) holds the
 //     descendants that did not leave it;
@@ -291,8 +293,9 @@ func (r *reaper) run(wake, stop, done chan struct{}) {
 // worker leader may be a zombie: the SIGCHLD pass is needed only then (to
 // reap it). Most SIGCHLDs come from a worker leader, which os/exec reaps
 // (by the time the pass is due, 20 ms later, it has), and the pass, a
-// read of every /proc/<pid>/stat of the machine, was most of the
-// supervisor's CPU at a worker's crash (issue 14, P1). waitid with
+// read of every /proc/<pid>/stat of the machine, would be most of the
+// supervisor's CPU at every worker's crash, in the latency from a kill to
+// its crashed record (BenchmarkKillToCrashed). waitid with
 // WNOWAIT peeks at one exited child without reaping it: none, no need;
 // any other (a leader os/exec has not reaped yet hides the others behind
 // it), the pass runs.

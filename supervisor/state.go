@@ -13,12 +13,14 @@ import (
 // the worker's state; an illegal one is logged and refused, never
 // half-applied.
 //
-// The table is where the fault invariants of issue 12 (RELIABILITY.md,
-// "Core state machine") are decided: no restart while a slot is released
-// or fenced, and no release while an earlier process lives (invariant 1:
-// never two processes for one slot); a fenced worker is fenced once and
-// never written for (invariants 2 and 3); every operator action in every
-// state has an answer (invariant 6).
+// The table is where the fault invariants (RELIABILITY.md, "Core state
+// machine") are decided: no restart while a slot is released or fenced,
+// and no release while an earlier process lives (never two processes for
+// one slot); a fenced worker is fenced once and never written for (no
+// process outlives its supervisor's hold on the slot, and the record names
+// the lease holder); every operator action in every state has an answer.
+// TestWorkerRulesHoldTheInvariants holds those legalities, and
+// TestWorkerRulesUnambiguous that each (event, state) pair has one rule.
 type workerState uint8
 
 const (
@@ -52,14 +54,15 @@ const (
 	// stWaitingStart: adopted over a start in flight whose process no pid
 	// names (another host's, or this host's earlier instance's not found
 	// on this machine): that process may run, and only its own host can
-	// stop it (E36). No process here; the record is left as it was
-	// (starting, that host's, no pid), so that whoever holds the slot next
-	// waits too; one timer (timerStartGone) starts it once that host has
-	// had the time to stop what it started. Operator actions are refused
-	// (they would start a second process); a release or a shutdown ends
-	// the wait without a start and leaves the record to the next holder.
+	// stop it (TestTakeoverWaitsForAStartInFlight). No process here; the
+	// record is left as it was (starting, that host's, no pid), so that
+	// whoever holds the slot next waits too; one timer (timerStartGone)
+	// starts it once that host has had the time to stop what it started.
+	// Operator actions are refused (they would start a second process); a
+	// release or a shutdown ends the wait without a start and leaves the
+	// record to the next holder.
 	stWaitingStart
-	// stGone: forgotten, no longer in the monitor's map (terminal). A
+	// stGone: forgotten, dropped from the monitor's map (terminal). A
 	// callback still holding the worker sees it here.
 	stGone
 )
