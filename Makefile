@@ -20,7 +20,7 @@ EXAMPLE_REDIS_URL := redis://127.0.0.1:6379/0
 REDOCLY  ?= npx -y @redocly/cli@2
 FUZZTIME ?= 20s
 
-.PHONY: help run test test-redis test-failover chaos explore build lint openapi bench bench-short fuzz e2e dashboard-png vendor-uplot clean cgo-check redis-server-check
+.PHONY: help docs run test test-redis test-failover chaos explore build lint openapi bench bench-short fuzz e2e dashboard-png vendor-uplot clean cgo-check redis-server-check
 
 help: ## list the targets
 	@printf 'Usage: make <target>\n\nTargets:\n'
@@ -120,6 +120,9 @@ lint: ## go vet, gofmt, staticcheck and the OpenAPI lint (Redocly, if npx is her
 	else \
 		echo "lint: skipping the OpenAPI lint: npx (Node.js) is not installed" >&2; \
 	fi
+
+docs: ## regenerate docs/config-reference.md (every setting) from the configuration's types
+	$(GO) test -count=1 -run '^TestReferenceIsCurrent$$' ./config -update
 
 openapi: ## regenerate openapi/ (3.1 and 3.0 documents, Go client) from the code
 	$(GO) run ./cmd/vigil openapi --dir openapi

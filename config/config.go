@@ -51,153 +51,123 @@ const RedisEmbedded = "embedded"
 // ErrNoRedis: `vigil serve` was given no Redis.
 var ErrNoRedis = errors.New("no Redis configured: set --redis, VIGIL_REDIS_URL (or --redis-file, VIGIL_REDIS_FILE) or `redis:` in the config file; `redis: embedded` runs an in-memory Redis whose state is lost on exit")
 
-// Config is the whole configuration file.
+// Config is the whole configuration file. Each field's doc tag is its
+// line in the reference of every setting (docs/config-reference.md, made
+// by Reference and held current by TestReferenceIsCurrent) and in the
+// flags' help.
 type Config struct {
-	// Redis is the Redis URL (redisconn), or RedisEmbedded. Empty is an
-	// error for `vigil serve`: it never picks an in-memory Redis by itself.
-	// Its variable is VIGIL_REDIS_URL, with VIGIL_REDIS as an alias.
-	Redis string `yaml:"redis" env:"VIGIL_REDIS_URL,VIGIL_REDIS"`
-	// DurableEnqueue: an enqueue answers 201 only once the job reached
-	// this many replicas (README "Redis high availability").
-	DurableEnqueue DurableEnqueue `yaml:"durable_enqueue"`
-	// RedisFile names a file holding the Redis URL (instead of redis).
-	RedisFile string   `yaml:"redis_file"`
-	Listen    string   `yaml:"listen"`
-	Prefix    string   `yaml:"prefix"`
-	Host      string   `yaml:"host"`
-	Capacity  int      `yaml:"capacity"`
-	Lease     Duration `yaml:"lease"`
-	Token     string   `yaml:"token"`
-	// TokenFile names a file holding the token (instead of token): out of
-	// the process list and of the config file.
-	TokenFile string `yaml:"token_file"`
-	// TrustedProxies (CIDRs) are the reverse proxies whose X-Forwarded-For
-	// and X-Forwarded-Proto the admin server believes.
-	TrustedProxies List `yaml:"trusted_proxies"`
-	// CookieSecure marks the session cookie Secure even over plain HTTP.
-	CookieSecure bool      `yaml:"cookie_secure"`
-	AuthReads    bool      `yaml:"auth_reads"`
-	ReadOnly     bool      `yaml:"read_only"`
-	MaxBody      Size      `yaml:"max_body"`
-	SSE          SSE       `yaml:"sse"`
-	Heartbeat    Heartbeat `yaml:"heartbeat"`
-	Policy       Policy    `yaml:"policy"`
-	StopTimeout  Duration  `yaml:"stop_timeout"`
-	MaxPoolSize  int       `yaml:"max_pool_size"`
-	Alerts       Alerts    `yaml:"alerts"`
-	LogFormat    string    `yaml:"log_format"`
-	LogLevel     string    `yaml:"log_level"`
-	// InheritEnv names what workers inherit of vigil's environment besides
-	// PATH, HOME, LANG, TZ and USER ("NAME" or "PREFIX*").
-	InheritEnv   List         `yaml:"inherit_env"`
-	WorkerOutput WorkerOutput `yaml:"worker_output"`
-	JobView      JobView      `yaml:"job_view"`
-	// ScratchMaxAge and ScratchMaxBytes bound the scratch directories kept
-	// after failures on this host: older ones, then the oldest past the
-	// bound, are removed (README "Outputs and retries"; 0 bytes: no bound).
-	ScratchMaxAge   Duration `yaml:"scratch_max_age"`
-	ScratchMaxBytes Size     `yaml:"scratch_max_bytes"`
-	Pools           []Pool   `yaml:"pools"`
-	// Scheduler holds the rules for schedules, Schedules the periodic
-	// tasks of this configuration (README "Periodic tasks").
-	Scheduler Scheduler  `yaml:"scheduler"`
-	Schedules []Schedule `yaml:"schedules"`
+	Redis           string         `yaml:"redis" env:"VIGIL_REDIS_URL,VIGIL_REDIS" doc:"The Redis URL: redis://, rediss:// (TLS), unix://, redis-sentinel://, redis-cluster:// (docs/hosts.md), or embedded for an in-memory Redis whose state is lost on exit. vigil serve refuses to start without one. VIGIL_REDIS is an alias of its variable."`
+	RedisFile       string         `yaml:"redis_file" doc:"A file holding the Redis URL instead of redis (keeps a password out of the process list and the config file)."`
+	DurableEnqueue  DurableEnqueue `yaml:"durable_enqueue" doc:"Enqueues through the API that wait for replicas (Redis with replicas)."`
+	Listen          string         `yaml:"listen" doc:"The admin server's address. Loopback by default: set a token before listening beyond this host."`
+	Prefix          string         `yaml:"prefix" doc:"The prefix of every key Vigil writes; clusters with different prefixes share a Redis without seeing each other."`
+	Host            string         `yaml:"host" doc:"This host's id in the cluster (a-z, 0-9, _ and -); empty: the machine's hostname."`
+	Capacity        int            `yaml:"capacity" doc:"The most worker slots this host runs, all pools together; 0: no limit."`
+	Lease           Duration       `yaml:"lease" doc:"The lease of a host's slots, its host record and the leadership: a host that stops renewing loses its slots to the others after it."`
+	Token           string         `yaml:"token" doc:"The admin bearer token. Empty: mutations are accepted only from this host (loopback peer, loopback Host header, no forwarding header)."`
+	TokenFile       string         `yaml:"token_file" doc:"A file holding the token instead of token: out of the process list and of the config file."`
+	TrustedProxies  List           `yaml:"trusted_proxies" doc:"The reverse proxies (CIDRs or addresses) whose X-Forwarded-For and X-Forwarded-Proto the admin server believes."`
+	CookieSecure    bool           `yaml:"cookie_secure" doc:"Marks the dashboard's session cookie Secure even over plain HTTP (it is Secure over TLS and behind a trusted proxy on https anyway)."`
+	AuthReads       bool           `yaml:"auth_reads" doc:"Requires the token on reads too, except /livez, /readyz, the spec, /docs and the dashboard's page shell."`
+	ReadOnly        bool           `yaml:"read_only" doc:"Answers 403 to every mutation of the admin API."`
+	MaxBody         Size           `yaml:"max_body" doc:"The largest request body the admin API reads."`
+	SSE             SSE            `yaml:"sse" doc:"The event stream, GET /api/v1/events (docs/operating.md)."`
+	Heartbeat       Heartbeat      `yaml:"heartbeat" doc:"The workers' heartbeats: how a hung worker is told from a busy one."`
+	Policy          Policy         `yaml:"policy" doc:"The restart policy after a counted crash (docs/design.md §5)."`
+	StopTimeout     Duration       `yaml:"stop_timeout" doc:"How long a worker asked to stop may take before it is killed; it gets this minus 1 s to finish its tasks (VIGIL_SHUTDOWN_TIMEOUT). At least 1s."`
+	MaxPoolSize     int            `yaml:"max_pool_size" doc:"The largest size a pool may be given, in the file or through the API."`
+	Alerts          Alerts         `yaml:"alerts" doc:"Notifications of failed workers and lost hosts (docs/observability.md)."`
+	LogFormat       string         `yaml:"log_format" doc:"text or json."`
+	LogLevel        string         `yaml:"log_level" doc:"debug, info, warn or error."`
+	InheritEnv      List           `yaml:"inherit_env" doc:"What workers inherit of vigil's environment besides PATH, HOME, LANG, TZ and USER: NAME, or PREFIX* for a prefix."`
+	WorkerOutput    WorkerOutput   `yaml:"worker_output" doc:"What this host keeps of its workers' output (stdout and stderr)."`
+	JobView         JobView        `yaml:"job_view" doc:"What the API reads and shows of jobs."`
+	ScratchMaxAge   Duration       `yaml:"scratch_max_age" doc:"Scratch directories kept after a failure on this host are removed past this age."`
+	ScratchMaxBytes Size           `yaml:"scratch_max_bytes" doc:"Past this total, the oldest kept scratch directories of this host are removed; 0: no bound."`
+	Pools           []Pool         `yaml:"pools" doc:"The pools of worker processes; sizes are cluster-wide (docs/hosts.md)."`
+	Scheduler       Scheduler      `yaml:"scheduler" doc:"The cluster's rules for schedules."`
+	Schedules       []Schedule     `yaml:"schedules" doc:"The periodic tasks of this configuration (docs/periodic-tasks.md)."`
 }
 
 // DurableEnqueue is queue.DurableConfig as written in the file.
 type DurableEnqueue struct {
-	Replicas int      `yaml:"replicas"` // 0 = off
-	Timeout  Duration `yaml:"timeout"`
+	Replicas int      `yaml:"replicas" doc:"An enqueue through the API answers 201 only once the job reached this many replicas of its master (docs/hosts.md); 0: off."`
+	Timeout  Duration `yaml:"timeout" doc:"How long a durable enqueue waits for its replicas; past it the answer is 503 (the job was written: retried with its task_id, 409 says it was kept)."`
 }
 
 // JobView bounds what the API reads and shows of jobs.
 type JobView struct {
-	PayloadPreview Size `yaml:"payload_preview"` // of each payload in job lists
-	MaxPayload     Size `yaml:"max_payload"`     // of the payload in a job's detail
-	ReadBudget     Size `yaml:"read_budget"`     // bytes of jobs loaded at once, all requests together
+	PayloadPreview Size `yaml:"payload_preview" doc:"How much of each payload job lists show."`
+	MaxPayload     Size `yaml:"max_payload" doc:"How much of the payload a job's detail shows."`
+	ReadBudget     Size `yaml:"read_budget" doc:"The bytes of jobs the API loads at once, all requests together."`
 }
 
 // WorkerOutput bounds what is kept of the workers' output.
 type WorkerOutput struct {
-	Tail    Size `yaml:"tail"`     // bytes of latest lines kept per worker
-	MaxLine Size `yaml:"max_line"` // longer lines are cut, with a marker
+	Tail    Size `yaml:"tail" doc:"The bytes of a worker's latest output lines kept for GET /api/v1/workers/{component}/logs."`
+	MaxLine Size `yaml:"max_line" doc:"Longer output lines are cut, with a marker; at most tail."`
 }
 
 // SSE configures the event stream.
 type SSE struct {
-	MaxClients int `yaml:"max_clients"`
-	// MaxClientsPerAddress caps one client address's streams.
-	MaxClientsPerAddress int      `yaml:"max_clients_per_address"`
-	MaxLag               int      `yaml:"max_lag"`
-	KeepAlive            Duration `yaml:"keepalive"`
+	MaxClients           int      `yaml:"max_clients" doc:"The most event-stream clients of this admin server; beyond: 503."`
+	MaxClientsPerAddress int      `yaml:"max_clients_per_address" doc:"The most event-stream clients of one client address (behind a trusted proxy, the forwarded one); beyond: 429."`
+	MaxLag               int      `yaml:"max_lag" doc:"How many events a client may fall behind before it is disconnected (it resumes with Last-Event-ID)."`
+	KeepAlive            Duration `yaml:"keepalive" doc:"The interval of keep-alive comments on an idle stream."`
 }
 
 // Heartbeat configures worker heartbeats.
 type Heartbeat struct {
-	Interval     Duration `yaml:"interval"`
-	TTL          Duration `yaml:"ttl"`
-	StartTimeout Duration `yaml:"start_timeout"`
-	// RecoverMin and RecoverMax bound a recovering window (the heartbeat
-	// script's recover_for is clamped to them).
-	RecoverMin Duration `yaml:"recover_min"`
-	RecoverMax Duration `yaml:"recover_max"`
+	Interval     Duration `yaml:"interval" doc:"How often each worker writes its heartbeat."`
+	TTL          Duration `yaml:"ttl" doc:"A heartbeat's lifetime: a worker whose heartbeat expired is hung, killed and counted as a crash. Greater than interval."`
+	StartTimeout Duration `yaml:"start_timeout" doc:"How long a started worker has to write its first heartbeat before it is killed and counted as a crash."`
+	RecoverMin   Duration `yaml:"recover_min" doc:"The shortest recovering window a worker may ask for (the heartbeat script's recover_for is raised to it)."`
+	RecoverMax   Duration `yaml:"recover_max" doc:"The longest recovering window a worker may ask for (recover_for is cut to it)."`
 }
 
 // Policy is policy.Config as written in the file.
 type Policy struct {
-	BackoffBase     Duration `yaml:"backoff_base"`
-	BackoffMax      Duration `yaml:"backoff_max"`
-	Jitter          float64  `yaml:"jitter"`
-	Window          Duration `yaml:"window"`
-	MaxInWindow     int      `yaml:"max_in_window"`
-	MaxLifetime     int      `yaml:"max_lifetime"`
-	StableAfter     Duration `yaml:"stable_after"`
-	JobCrashRetries int      `yaml:"job_crash_retries"`
+	BackoffBase     Duration `yaml:"backoff_base" doc:"The first restart delay after a crash; each consecutive crash doubles it."`
+	BackoffMax      Duration `yaml:"backoff_max" doc:"The longest restart delay."`
+	Jitter          float64  `yaml:"jitter" doc:"A fraction: each delay is multiplied by 1 ± jitter at random; 0: exact delays."`
+	Window          Duration `yaml:"window" doc:"The crash window of the rapid limit."`
+	MaxInWindow     int      `yaml:"max_in_window" doc:"This many counted crashes within window mark the worker failed."`
+	MaxLifetime     int      `yaml:"max_lifetime" doc:"A worker whose lifetime restarts reached this is marked failed at its next crash."`
+	StableAfter     Duration `yaml:"stable_after" doc:"A worker healthy this long before a crash starts its backoff over (the lifetime count stays)."`
+	JobCrashRetries int      `yaml:"job_crash_retries" doc:"A job that was running in this many worker crashes more is archived as toxic instead of run again; 0: toxic after its first crash."`
 }
 
 // Alerts configures notifications.
 type Alerts struct {
-	Webhook string `yaml:"webhook"`
+	Webhook string `yaml:"webhook" doc:"An http(s) URL that gets a POST of the event when a worker turns failed or a host is lost; empty: none."`
 }
 
 // MaxRetryDefault is a pool's max_retry when it sets none: two retries,
-// three attempts in all (the seed documents' MAX_ATTEMPTS).
+// three attempts in all.
 const MaxRetryDefault = 2
 
 // Pool is one pool.
 type Pool struct {
-	Queue       string   `yaml:"queue"`
-	Workers     int      `yaml:"workers"`
-	Command     []string `yaml:"command"`
-	Concurrency int      `yaml:"concurrency"`
-	TaskTimeout Duration `yaml:"task_timeout"`
-	// MaxTaskTimeout caps every task's timeout, its own included (0: no
-	// cap).
-	MaxTaskTimeout Duration `yaml:"max_task_timeout"`
-	// Retention is how long asynq keeps a job enqueued through Vigil once
-	// it completed (asynq's Retention; a job's own option wins). 0: not
-	// kept.
-	Retention Duration `yaml:"retention"`
-	// MaxRetry is the retries for handler errors of a job enqueued through
-	// Vigil that sets none (asynq's MaxRetry; a job's own wins). Default
-	// MaxRetryDefault: 3 attempts in all.
-	MaxRetry             *int              `yaml:"max_retry"`
-	Env                  map[string]string `yaml:"env"`
-	Backpressure         Backpressure      `yaml:"backpressure"`
-	KeepScratchOnSuccess bool              `yaml:"keep_scratch_on_success"`
-	// ResultsDir is where the pool's workers publish outputs
-	// (queue.Publish; "" = a vigil-results folder in the temp dir).
-	ResultsDir string `yaml:"results_dir"`
-	// MaxConsecutiveFailures makes a worker whose last N tasks all failed
-	// exit (a counted crash, a fresh process); 0: never.
-	MaxConsecutiveFailures int `yaml:"max_consecutive_failures"`
+	Queue                  string            `yaml:"queue" doc:"The asynq queue the pool consumes; its name (a-z, 0-9, _ and -) names the pool."`
+	Workers                int               `yaml:"workers" doc:"How many worker processes the pool runs, across the whole cluster."`
+	Command                []string          `yaml:"command" doc:"The worker's command and arguments, run with no shell."`
+	Concurrency            int               `yaml:"concurrency" doc:"How many tasks each worker runs at once (VIGIL_CONCURRENCY)."`
+	TaskTimeout            Duration          `yaml:"task_timeout" doc:"The timeout of a task that carries none of its own (asynq's Timeout)."`
+	MaxTaskTimeout         Duration          `yaml:"max_task_timeout" doc:"Caps every task's timeout, its own included; 0: no cap."`
+	Retention              Duration          `yaml:"retention" doc:"How long asynq keeps a job enqueued through Vigil once it completed (a job's own retention wins); 0: not kept."`
+	MaxRetry               *int              `yaml:"max_retry" doc:"The retries for handler errors of a job enqueued through Vigil that sets none (asynq's MaxRetry; a job's own wins)."`
+	Env                    map[string]string `yaml:"env" doc:"Variables added to the workers' environment."`
+	Backpressure           Backpressure      `yaml:"backpressure" doc:"Host-local backpressure: this host's workers of the pool stop taking tasks while the queue is deep and the host loaded."`
+	KeepScratchOnSuccess   bool              `yaml:"keep_scratch_on_success" doc:"Keeps a task's scratch directory after it succeeded too (it is always kept after a failure)."`
+	ResultsDir             string            `yaml:"results_dir" doc:"Where the pool's workers publish outputs (queue.Publish); empty: a vigil-results folder in the temp dir."`
+	MaxConsecutiveFailures int               `yaml:"max_consecutive_failures" doc:"A worker whose last N tasks all failed exits (a counted crash, then a fresh process); 0: never."`
 }
 
 // Backpressure configures a pool's host-local backpressure (0 = off).
 type Backpressure struct {
-	HighWatermark int      `yaml:"high_watermark"`
-	LoadThreshold float64  `yaml:"load_threshold"`
-	PauseInterval Duration `yaml:"pause_interval"`
+	HighWatermark int      `yaml:"high_watermark" doc:"Backpressure: when the queue holds more pending tasks than this and this host is loaded past load_threshold, this host's workers of the pool stop taking tasks; 0: off."`
+	LoadThreshold float64  `yaml:"load_threshold" doc:"The host load (the 1-minute load average per CPU) above which backpressure holds; 0: any load."`
+	PauseInterval Duration `yaml:"pause_interval" doc:"How long this host's workers of the pool stop taking tasks before the condition is judged again."`
 }
 
 // Default returns the configuration with every default of docs/design.md §10.

@@ -12,6 +12,7 @@ import (
 type field struct {
 	path   string // "heartbeat.ttl"
 	envTag string // the variable's name when not derived from path, then its aliases ("A,B")
+	doc    string // its doc tag
 	v      reflect.Value
 }
 
@@ -103,7 +104,7 @@ func (c *Config) fields() []field {
 				walk(path+".", fv)
 			case (fv.Kind() == reflect.Slice || fv.Kind() == reflect.Map) && !settable:
 			default:
-				out = append(out, field{path: path, envTag: t.Field(i).Tag.Get("env"), v: fv})
+				out = append(out, field{path: path, envTag: t.Field(i).Tag.Get("env"), doc: t.Field(i).Tag.Get("doc"), v: fv})
 			}
 		}
 	}
@@ -144,7 +145,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	d := Default()
 	for _, f := range d.fields() {
 		path := f.path
-		usage := fmt.Sprintf("%s (env %s, default %v)", path, f.env(), f.v.Interface())
+		usage := fmt.Sprintf("%s (env %s, default %v)", f.doc, f.env(), f.v.Interface())
 		register := fs.Func
 		if f.v.Kind() == reflect.Bool {
 			register = fs.BoolFunc

@@ -12,27 +12,23 @@ import (
 
 // Scheduler holds the cluster's rules for schedules.
 type Scheduler struct {
-	// AllowSubsecond lets "@every" go below a second.
-	AllowSubsecond bool `yaml:"allow_subsecond"`
-	// MisfireGrace is how late a tick may fire and still count as on time.
-	MisfireGrace Duration `yaml:"misfire_grace"`
-	// MaxCatchUp bounds the missed ticks catch_up all fires at once.
-	MaxCatchUp int `yaml:"max_catch_up"`
+	AllowSubsecond bool     `yaml:"allow_subsecond" doc:"Lets @every go below a second."`
+	MisfireGrace   Duration `yaml:"misfire_grace" doc:"How late a tick may fire and still count as on time; a later one is missed, for its catch_up to decide."`
+	MaxCatchUp     int      `yaml:"max_catch_up" doc:"The most missed ticks catch_up: all fires at once (the most recent; the older are skipped)."`
 }
 
-// Schedule is one periodic task (README "Periodic tasks").
+// Schedule is one periodic task (docs/periodic-tasks.md).
 type Schedule struct {
-	Name  string `yaml:"name"`
-	Spec  string `yaml:"spec"`
-	Queue string `yaml:"queue"`
-	Type  string `yaml:"type"`
-	// Payload is any YAML value, handed to the handler as its JSON.
-	Payload   Payload  `yaml:"payload"`
-	MaxRetry  *int     `yaml:"max_retry"`
-	Timeout   Duration `yaml:"timeout"`
-	Retention Duration `yaml:"retention"`
-	Unique    Duration `yaml:"unique"`
-	CatchUp   string   `yaml:"catch_up"`
+	Name      string   `yaml:"name" doc:"The schedule's name, unique in the cluster (a-z, 0-9, _ and -)."`
+	Spec      string   `yaml:"spec" doc:"When it fires: a cron line (5 fields, or 6 with seconds), optionally after CRON_TZ=<zone>, or @every <duration>, @hourly, @daily …"`
+	Queue     string   `yaml:"queue" doc:"The queue of its tasks: a pool's."`
+	Type      string   `yaml:"type" doc:"The task type of its tasks."`
+	Payload   Payload  `yaml:"payload" doc:"Any YAML value, handed to the handler as its JSON; none: an empty payload."`
+	MaxRetry  *int     `yaml:"max_retry" doc:"asynq's MaxRetry of each task; none: asynq's default (25)."`
+	Timeout   Duration `yaml:"timeout" doc:"Each task's timeout; 0: the pool's task_timeout."`
+	Retention Duration `yaml:"retention" doc:"How long asynq keeps each completed task; 0: not kept."`
+	Unique    Duration `yaml:"unique" doc:"While a task of the schedule with the same type and payload is pending or running (for at most this long), a tick enqueues nothing; 0: off."`
+	CatchUp   string   `yaml:"catch_up" doc:"What a new leader does with missed ticks: none skips them, last fires the latest once, all fires each (at most scheduler.max_catch_up)."`
 
 	line  int            // of the entry
 	lines map[string]int // of each field's value

@@ -119,3 +119,17 @@ func (l *List) Set(v string) error {
 
 // String joins l with commas.
 func (l List) String() string { return strings.Join(l, ",") }
+
+// String formats s with the largest binary unit that divides it ("1MiB",
+// "256KiB"), else in bytes.
+func (s Size) String() string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if s != 0 && int64(s)%u.mult == 0 {
+			return strconv.FormatInt(int64(s)/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(s), 10)
+}
