@@ -43,8 +43,8 @@ type Pool struct {
 	Dir         string // working directory, "" = the supervisor's
 }
 
-// Heartbeat holds the heartbeat timing handed to workers and used to judge
-// them.
+// Heartbeat holds the heartbeat timing handed to workers, by which the
+// monitor judges them.
 type Heartbeat struct {
 	Interval     time.Duration
 	TTL          time.Duration
@@ -64,9 +64,11 @@ type Heartbeat struct {
 // each task whose handler had begun counts one crash towards the toxic
 // rule. A process that was asked to stop (an operator's or the host's
 // stop, a release, a fence) or whose supervisor ended did not crash: its
-// tasks are put back and nothing is counted (fault explorer E45: a worker
-// stopped while Redis was away could not requeue its task itself, and the
-// crash counted for it archived the task as toxic without a run).
+// tasks are put back and nothing is counted. A worker stopped while Redis
+// is away cannot requeue its task itself, and a crash counted for it
+// would archive the task as toxic without a run
+// (TestCleanExitAfterStopRecoversTasks; queue's
+// TestRecoverAfterAStopCountsNoCrash).
 type Recoverer interface {
 	Recover(ctx context.Context, id health.ComponentID, pid int, crashed bool) (requeued int, err error)
 }

@@ -70,8 +70,9 @@ func (s *Supervisor) exitStopped(t step, pid, code int, sig string) {
 	}
 	// A worker requeues what it could not finish before it exits 0, but one
 	// killed, failing or lying on the way out may not have: put back what
-	// it still holds, whatever its exit (issue 12, defect 9). Recovery is
-	// idempotent and touches only tasks still active under this pid.
+	// it still holds, whatever its exit (TestCleanExitAfterStopRecoversTasks).
+	// Recovery is idempotent and touches only tasks still active under
+	// this pid.
 	s.recoverTasks(w, pid, "stopped", diedOfItsTasks(st, w, code, sig))
 	var thenErr error
 	if err := s.write(w, health.Write{Actor: health.ActorMonitor}); errors.Is(err, health.ErrNotOwner) {
@@ -144,16 +145,17 @@ func (s *Supervisor) recordNamesAnother(w *worker, pid int) (string, bool) {
 
 // exitStale handles an exit that is not counted because this host may not
 // have held the slot alone while the process ran: the record names another
-// process (fault explorer E17: after a data loss, another host's worker
-// re-created the record by its heartbeat while this host took the vanished
-// lease back, and this host's worker, finding itself stale, exited), or
-// this host's hold on the lease broke since the process started
-// (holdBroken, E18). why says which. No crash is counted. If the lease is
-// another's, the write is refused and the worker fenced; if it is this
-// host's, the other host fences its process at its next renewal (a third
-// of a lease) and SIGKILLs it within stop_timeout: the worker starts again
-// after both (invariant 1: never two processes for one slot), and not
-// before this host has renewed the lease (see onTimer).
+// process (after a data loss, another host's worker re-created the record
+// by its heartbeat while this host took the vanished lease back, and this
+// host's worker, finding itself stale, exited:
+// TestStaleExitIsNotACrash), or this host's hold on the lease broke since
+// the process started (holdBroken: TestExitAfterTheLeaseBrokeIsNotCounted).
+// why says which. No crash is counted. If the lease is another's, the
+// write is refused and the worker fenced; if it is this host's, the other
+// host fences its process at its next renewal (a third of a lease) and
+// SIGKILLs it within stop_timeout: the worker starts again after both
+// (never two processes for one slot), and not before this host has
+// renewed the lease (see onTimer).
 func (s *Supervisor) exitStale(t step, pid, code int, sig, reason, why string) {
 	w := t.w
 	r := &w.rec
@@ -173,8 +175,9 @@ func (s *Supervisor) exitStale(t step, pid, code int, sig, reason, why string) {
 // and this host's hold on the slot's lease not known broken. It may be a
 // crash, or another host's takeover: Redis may have lost the lease (an
 // empty restart) and another host taken the slot and stopped this
-// machine's process, which this host cannot see until Redis answers (fault
-// explorer E41: counted as a crash, invariant 5). Nothing is counted yet:
+// machine's process, which this host cannot see until Redis answers: only
+// real crashes count (TestExitAfterTheLeaseBrokeIsNotCounted,
+// TestRedisOutageCrashCounted). Nothing is counted yet:
 // the record says crashed, the tasks are put back (once Redis answers), and
 // the worker waits in backoff. Its restart timer judges the exit once Redis
 // answers and the lease is renewed (judgeExit); a fence, a release or a
@@ -220,11 +223,12 @@ func (s *Supervisor) judgeExit(t step) {
 }
 
 // holdBroken reports whether this host's hold on w's slot lease may have
-// broken since w's process started, and how (fault explorer E18). Another
-// host can take the slot only once the lease is gone (it lapsed while this
-// host could not renew it, or Redis lost it), and its takeover stops the
-// process it finds on this machine (SIGTERM, then SIGKILL): an exit then is
-// not a crash, however clean or violent. It broke if the lease was found
+// broken since w's process started, and how. Another host can take the
+// slot only once the lease is gone (it lapsed while this host could not
+// renew it, or Redis lost it), and its takeover stops the process it finds
+// on this machine (SIGTERM, then SIGKILL): an exit then is not a crash,
+// however clean or violent (TestExitAfterTheLeaseBrokeIsNotCounted,
+// TestLostRenewalAfterALapseCountsNoCrash). It broke if the lease was found
 // gone and taken again since the process started, if this host has not
 // renewed it for a lease (it may have lapsed: Redis is away or slow; a
 // cut-off host cannot tell), or if it is not this host's now.
@@ -266,11 +270,11 @@ func exitReason(code int, sig string) string {
 // (backoff), or failed (idle). cause labels the crash metric (see
 // metrics.Metrics.Crash).
 //
-// Invariant 5 of issue 12: only real crashes count. The exit of a process
-// started while Redis was unreachable, and never seen beating since, is
-// not counted (issue 12, defect 4): it may have given up for want of
-// Redis (even just after Redis came back), and that must not walk its slot
-// to failed.
+// Only real crashes count. The exit of a process started while Redis was
+// unreachable, and never seen beating since, is not counted: it may have
+// given up for want of Redis (even just after Redis came back), and that
+// must not walk its slot to failed
+// (TestCrashDuringOutageDoesNotCascadeToFailed).
 func (s *Supervisor) crashed(t step, pid, code int, sig, reason, cause string) {
 	w := t.w
 	if w.outage != 0 && !w.sawBeat {
@@ -350,22 +354,23 @@ func (s *Supervisor) alert(kind string, ev health.Event) {
 // reason labels the metric: crash, stopped, fenced, supervisor_restart or
 // deferred (Redis was away when the process died). A recovery Redis could
 // not take is kept by the supervisor, not by w, and made once Redis
-// answers again: w may be forgotten meanwhile (released or fenced, fault
-// explorer E20), its process's tasks still active under its pid.
+// answers again: w may be forgotten meanwhile (released or fenced), its
+// process's tasks still active under its pid
+// (TestReleasedDuringOutageRecoveredWhenRedisIsBack).
 //
 // crashed counts a crash against the tasks whose handler had begun (see
 // Recoverer): the process died unasked, not by a stop this host asked
-// for (fault explorer E45).
+// for (TestCleanExitAfterStopRecoversTasks).
 func (s *Supervisor) recoverTasks(w *worker, pid int, reason string, crashed bool) {
 	s.recoverPID(deadPID{id: w.id, pid: pid, crashed: crashed}, reason)
 }
 
 // diedOfItsTasks reports whether a process this host asked to stop died
 // of what it ran rather than of the stop: a violent exit (a crash job that
-// crashed it on its way out, exit 3 while being released: explorer seeds
-// 150226, 140201 ran a crash job once more than job_crash_retries allows)
-// that is not this host's own SIGKILL at stop_timeout. A clean exit, or
-// SIGTERM's, is the stop's (E45).
+// crashed it on its way out, exit 3 while being released; uncounted, the
+// crash job would run once more than job_crash_retries allows) that is
+// not this host's own SIGKILL at stop_timeout. A clean exit, or SIGTERM's,
+// is the stop's (TestViolentExitDuringAStopCountsAgainstTheTasks).
 func diedOfItsTasks(st *stopReq, w *worker, code int, sig string) bool {
 	if st != nil && st.killed || w.kill.code != 0 {
 		return false
@@ -398,10 +403,10 @@ func (s *Supervisor) recoverPID(d deadPID, reason string) {
 	// Recover makes several round trips (four, and a script sent again
 	// after Redis lost its script cache): each has op_timeout of its own
 	// within a budget, as a tick's calls. One op_timeout for them all
-	// failed on a link whose round trip took a third of it, though every
-	// call was answered in time; Redis counted as down, the recovery ran
-	// again when it "came back" and failed again, and the dead worker's
-	// task stayed active (fault explorer E56, TestRecoveryCompletesOnASlowLink).
+	// would fail on a link whose round trip takes a third of it, though
+	// every call is answered in time: Redis would count as down, the
+	// recovery would fail again each time Redis is found back, and the
+	// dead worker's task would stay active (TestRecoveryCompletesOnASlowLink).
 	calls := s.stepCalls()
 	ctx, cancel := s.budgetCtx(calls.with(context.Background()), recoverBudget)
 	n, err := s.cfg.Recoverer.Recover(ctx, d.id, d.pid, d.crashed)

@@ -40,15 +40,17 @@ import (
 // A slow call (INFO stalled, or its server answered PING only after a
 // stall) counts as one for every worker of the shard (answered: the
 // monitor could make no other call meanwhile), so the caller's worker is
-// judged again a TTL later. Once per process until a beat of it is read:
-// the next time, no beat read since, the worker is judged at once
-// (unseenKill). Its key was gone a TTL after the first (for a worker that
-// never beat, start_timeout), Redis answering meanwhile, so its missing
-// beats were not the stall's. Before, a proxy
-// that holds INFO (or drops it, go-redis trying four times over a slow
-// link) spared a hung worker at every judgement (review of 8981748). A
-// proxy that holds INFO spares k hung workers a TTL each, one after the
-// other (each first slow call moves the shard's answering for all).
+// judged again a TTL later. Once per process until a beat of it is read
+// (TestSlowInfoGraceAgainAfterABeat): the next time, no beat read since,
+// the worker is judged at once (unseenKill). Its key was gone a TTL after
+// the first (for a worker that never beat, start_timeout), Redis
+// answering meanwhile, so its missing beats were not the stall's. Without
+// that, a proxy that holds INFO (or drops it, go-redis trying four times
+// over a slow link) would spare a hung worker at every judgement
+// (TestHangKilledWhenInfoIsHeld, TestHangKilledWhenInfoDropsOverASlowLink,
+// TestStartTimeoutKilledWhenInfoIsHeld). A proxy that holds INFO spares k
+// hung workers a TTL each, one after the other (each first slow call
+// moves the shard's answering for all).
 func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) unseen {
 	key := s.store.Keys().Heartbeat(w.id)
 	start := s.cfg.Clock.Now()
@@ -90,12 +92,13 @@ func (s *Supervisor) restartUnseen(w *worker, sh shard, beat time.Time) unseen {
 		// at once: INFO is what fails, not Redis (a proxy that drops the
 		// connection on a command it does not serve). As an outage it
 		// would be judged again after the return, and again, a hung
-		// worker never killed (review of c19eae5). A server that answers
-		// both only after a stall (INFO timed out) was slow: the call
-		// from INFO's start to PING's answer counts as one. A restart
-		// cannot fall between the two calls: the server that answered
-		// the heartbeat read just before cannot be down and up again in
-		// that time.
+		// worker never killed (TestHangKilledWhenInfoDropsTheConnection).
+		// A server that answers both only after a stall (INFO timed out)
+		// was slow: the call from INFO's start to PING's answer counts as
+		// one (TestInfoStallAtAJudgementKillsNothing). A restart cannot
+		// fall between the two calls: the server that answered the
+		// heartbeat read just before cannot be down and up again in that
+		// time.
 		slow = s.answered(start, sh)
 		if !s.infoDropped {
 			s.infoDropped = true

@@ -101,7 +101,9 @@ func New(cfg Config, store *health.Store) (*Supervisor, error) {
 	}
 	leaving, leave := context.WithCancel(context.Background())
 	over, end := context.WithCancel(context.Background())
-	// The tick's calls are timed one by one (stepCalls, E26).
+	// The tick's calls are timed one by one (stepCalls): a stall that
+	// holds one of them is a window the monitor could not watch
+	// (TestTickHeldWhileWorkersCannotBeatKillsNothing).
 	store.Client().AddHook(callTiming{})
 	return &Supervisor{
 		leaving:  leaving,
@@ -191,7 +193,7 @@ const stopGrace = time.Second
 // restart are stopped; then the leases are released. It returns once every
 // child has exited, or when ctx ends: then it SIGKILLs every process group
 // still alive, waits a moment for the monitor to finish, and returns ctx's
-// error. It never waits longer (invariant 6 of issue 12). Safe before
+// error. It never waits longer (TestStopHonoursContext). Safe before
 // Start, twice, and from several goroutines.
 func (s *Supervisor) Stop(ctx context.Context) error {
 	s.mu.Lock()
@@ -229,15 +231,15 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 func (s *Supervisor) shutdownInOrder() {
 	// The releases that end a graceful stop give up at stop_timeout + 1 s
 	// from its start (the workers' own stop takes up to stop_timeout): a
-	// Stop returns within stop_timeout + 2 s (invariant 6 of issue 12)
-	// even when a Redis shard that failed over, and not the others,
-	// keeps every release waiting (fault explorer E23). A release not
-	// written is a lease that expires instead.
+	// Stop returns within stop_timeout + 2 s even when a Redis shard that
+	// failed over, and not the others, keeps every release waiting (the
+	// explorer's replay list, explore/testdata/seeds.txt, holds it). A
+	// release not written is a lease that expires instead.
 	releaseBy := time.Now().Add(s.cfg.StopTimeout + time.Second)
 	// A tick waiting on Redis gives up, and the wake-up of the command
 	// reader is not waited for: on a Redis node that died (a Cluster
 	// master SIGKILLed) each would hold the shutdown for up to 5 and 1
-	// op_timeouts (fault explorer E24).
+	// op_timeouts (TestStopDuringATickOnADeadShard).
 	s.leave()
 	close(s.stopCmds)
 	s.wg.Add(1)
@@ -285,9 +287,10 @@ func (s *Supervisor) pool(queue string) *Pool {
 }
 
 // honoursDeadlines reports whether rdb bounds a call on the socket by its
-// context's deadline (go-redis's ContextTimeoutEnabled; fault explorer
-// E31): the monitor's op_timeout is a bound only then. A client of a kind
-// it does not know is taken to.
+// context's deadline (go-redis's ContextTimeoutEnabled): the monitor's
+// op_timeout is a bound only then, so New warns of a client without it
+// (TestClientWithoutDeadlinesIsReported). A client of a kind it does not
+// know is taken to.
 func honoursDeadlines(rdb redis.UniversalClient) bool {
 	switch c := rdb.(type) {
 	case *redis.Client:
