@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,37 @@ type Metrics struct {
 	scratchBytes prometheus.Counter
 }
 
+// Label is one value of a metric's label and what it means, as the
+// metric's help text says it.
+type Label struct{ Value, Meaning string }
+
+// The label values the supervisor counts under, each with its meaning in
+// the metric's help text; TestLabelValuesAreTheHelpTexts holds the
+// supervisor's call sites to these.
+var (
+	// CrashCauses label vigil_worker_crashes_total.
+	CrashCauses = []Label{{"exit", "an exit with a code"}, {"signal", "killed by a signal Vigil did not send"},
+		{"hang", "its heartbeat expired"}, {"bad_heartbeat", "a heartbeat that is no timestamp"},
+		{"start_timeout", "no first heartbeat within start_timeout"}, {"spawn", "the command could not be started"}}
+	// RestartReasons label vigil_worker_restarts_total.
+	RestartReasons = []Label{{"backoff", "automatic, after a counted crash"}, {"operator", "an operator's restart"},
+		{"takeover", "this host took over a slot another host ran"}}
+	// RecoveredReasons label vigil_recovered_jobs_total.
+	RecoveredReasons = []Label{{"crash", "its worker crashed"}, {"stopped", "its worker exited after a stop, holding them"},
+		{"fenced", "its worker exited while this host may not have held its slot alone"},
+		{"supervisor_restart", "its worker was found dead by a restarted supervisor"},
+		{"deferred", "Redis was away when its worker died, so they went back once it answered"}}
+)
+
+// labelHelp writes labels as "a: meaning; b: meaning".
+func labelHelp(labels []Label) string {
+	parts := make([]string, len(labels))
+	for i, l := range labels {
+		parts[i] = l.Value + ": " + l.Meaning
+	}
+	return strings.Join(parts, "; ")
+}
+
 // New registers Vigil's collectors on cfg.Registry (or a new registry).
 func New(cfg Config) (*Metrics, error) {
 	reg := cfg.Registry
@@ -84,10 +116,10 @@ func New(cfg Config) (*Metrics, error) {
 	m := &Metrics{
 		reg: reg,
 		crashes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_worker_crashes_total",
-			Help: "Counted worker crashes seen by this host, by queue, cause (exit, signal, hang, bad_heartbeat, start_timeout, spawn) and exit code."},
+			Help: "Counted worker crashes seen by this host, by queue, cause (" + labelHelp(CrashCauses) + ") and exit code."},
 			[]string{"queue", "reason", "exit_code"}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_worker_restarts_total",
-			Help: "Worker starts after the first, by queue and reason (backoff: automatic after a crash; operator; reconcile: after a supervisor restart)."},
+			Help: "Worker starts after the first, by queue and reason (" + labelHelp(RestartReasons) + ")."},
 			[]string{"queue", "reason"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_worker_failed_total",
 			Help: "Workers this host marked failed (restart policy limit reached), by queue."},
@@ -97,7 +129,7 @@ func New(cfg Config) (*Metrics, error) {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}},
 			[]string{"cause"}),
 		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vigil_recovered_jobs_total",
-			Help: "Tasks of dead workers put straight back to pending (requeued:stale), by queue and reason (crash, stop_timeout, fenced)."},
+			Help: "Tasks of dead workers put straight back to pending (requeued:stale), by queue and reason (" + labelHelp(RecoveredReasons) + ")."},
 			[]string{"queue", "reason"}),
 		hostsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "vigil_hosts_lost_total",
 			Help: "Hosts this host, as leader, found lost (lease expired)."}),

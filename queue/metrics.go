@@ -7,8 +7,8 @@ import (
 )
 
 // Metrics are one process's job counters (docs/design.md §6; the seeds'
-// worker.* metrics). They are published with expvar under "vigil_queue"
-// until the Prometheus endpoint exposes them.
+// worker.* metrics). They are published with expvar under "vigil_queue",
+// and package metrics serves them on GET /metrics.
 type Metrics struct {
 	InflightJobs       atomic.Int64 // worker.inflight_jobs
 	JobsDone           atomic.Int64
