@@ -228,11 +228,12 @@ func (a *availability) unseen(start, end time.Time) bool {
 // one of the shard's last keptRuns: its start is known to a second), so
 // that a hung worker is judged as usual a TTL later, however many servers
 // answer for the shard in turn (a proxy over several, a master that moves
-// back and forth; before, only the last keptRuns runs were remembered,
-// and five in turn gave the grace at every judgement). Every restart after
-// the last grace gives one: a Redis that restarts every TTL spares a hang
-// for as long as it does. For wholeRedis it is the whole Redis's return: a
-// host is judged lost only a tick after it, as after any outage.
+// back and forth: remembering only the last keptRuns runs, five in turn
+// would give the grace at every judgement; TestRestartedRunsInTurn).
+// Every restart after the last grace gives one: a Redis that restarts
+// every TTL spares a hang for as long as it does. For wholeRedis it is the
+// whole Redis's return: a host is judged lost only a tick after it, as
+// after any outage.
 func (a *availability) restarted(sh shard, run string, started, now time.Time) bool {
 	runs := a.runs[sh]
 	if slices.Contains(runs, run) || !started.After(a.graced[sh]) {

@@ -170,8 +170,9 @@ func (s *Supervisor) claimFrom(ctx context.Context, ctl control, all []health.Co
 	// took so far (a few, to measure, before the first); what it took is
 	// adopted before the next round. The next tick follows at once when
 	// slots were left for the budget: leases are renewed at a tick's
-	// start, and a tick that adopted a thousand slots on a slow link or a
-	// loaded machine outlasted a lease, the first ones lapsing.
+	// start, and a tick that adopts a thousand slots on a slow link or a
+	// loaded machine would outlast a lease, the first ones lapsing
+	// (TestSlowAdoptionKeepsItsLeases).
 	began, budget := time.Now(), s.cfg.Lease/6
 	cut := false
 	var left []health.ComponentID

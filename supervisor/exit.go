@@ -147,7 +147,7 @@ func (s *Supervisor) recordNamesAnother(w *worker, pid int) (string, bool) {
 // have held the slot alone while the process ran: the record names another
 // process (after a data loss, another host's worker re-created the record
 // by its heartbeat while this host took the vanished lease back, and this
-// host's worker, finding itself stale, exited:
+// host's worker, seeing itself stale, exited:
 // TestStaleExitIsNotACrash), or this host's hold on the lease broke since
 // the process started (holdBroken: TestExitAfterTheLeaseBrokeIsNotCounted).
 // why says which. No crash is counted. If the lease is another's, the

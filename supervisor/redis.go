@@ -118,9 +118,11 @@ func (s *Supervisor) probeRedis() {
 
 // probeWrite writes a short-lived key in this host's slot: a PING is
 // answered by a replica (READONLY to every write) and by a Cluster with a
-// slot range uncovered (CLUSTERDOWN to every command with a key), and
-// Redis was declared back at each probe, lost again at the next write, over
-// and over, the heartbeats' grace counting from each false return.
+// slot range uncovered (CLUSTERDOWN to every command with a key): back at
+// each PING, Redis would be lost again at the next write, over and over,
+// the heartbeats' grace counting from each false return. One outage is
+// one return (failover's TestFailover, fault/readonly and
+// fault/clusterdown: `make test-failover ONLY=fault/`).
 //
 // On a Cluster the nodes learn that every slot is served again one after
 // the other (by gossip): every master must say cluster_state:ok, or a

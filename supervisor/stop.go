@@ -124,9 +124,10 @@ func (s *Supervisor) shutdown() {
 				s.stopWorker(t, "host shutdown", false, nil)
 			}
 		case stWaitingStart:
-			// The wait ends (Stop is bounded by stop_timeout, invariant
-			// 6), nothing is written: the record still says a start is
-			// in flight, and whoever holds the slot next waits for it.
+			// The wait ends (Stop is bounded by stop_timeout), nothing
+			// is written: the record still says a start is in flight,
+			// and whoever holds the slot next waits for it
+			// (TestShutdownDuringTheWaitForAStartInFlight).
 			if t, ok := s.begin(w, evShutdown); ok {
 				s.disarm(w, timerStartGone)
 				t.to(stIdle)
