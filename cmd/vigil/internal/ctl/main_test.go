@@ -10,5 +10,5 @@ import (
 var testWorker string
 
 func TestMain(m *testing.M) {
-	testbin.Main(m, map[string]*string{"../../supervisor/internal/testworker": &testWorker})
+	testbin.Main(m, map[string]*string{"../../../../supervisor/internal/testworker": &testWorker})
 }
