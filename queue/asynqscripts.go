@@ -51,12 +51,13 @@ var outcomeScripts = func() map[string]*outcomeScript {
 // archive script, and, in the same step and only if the archive was
 // written, the delete of the task's two crash counters (the last two KEYS,
 // under the queue's hash tag like asynq's keys). Deleted before the
-// archive, a worker killed between the two left the task active with no
-// crash record: the supervisor's recovery put it back with its count at
-// zero, and it ran job_crash_retries more times (fault explorer E58).
-// Deleted with it, an operator who runs the archived task again still gets
-// a run (issue 12, defect 6). The hook sends it in place of asynq's
-// archive of a task the middleware marked toxic (outcome.go).
+// archive, a worker killed between the two would leave the task active
+// with no crash record: the supervisor's recovery would put it back with
+// its count at zero, and it would run job_crash_retries more times
+// (TestToxicCountersOutliveALostArchive). Deleted with it, an operator who
+// runs the archived task again still gets a run
+// (TestToxicTaskIsArchivedWithoutRunning). The hook sends it in place of
+// asynq's archive of a task the middleware marked toxic (outcome.go).
 var toxicArchive = &outcomeScript{name: "archive", src: toxicArchiveSource, sha: sha1Hex(toxicArchiveSource), taskKey: 1,
 	guarded: redis.NewScript(ownerGuard(1) + toxicArchiveSource)}
 
@@ -69,8 +70,8 @@ if type(vigil_reply) == "table" and vigil_reply.ok then
 end
 return vigil_reply`
 
-// errNotOwned is the reply of a guarded outcome whose task is no longer
-// active under this process (written already, or recovered by someone).
+// errNotOwned is the reply of a guarded outcome whose task is not active
+// any more under this process (written already, or recovered by someone).
 const errNotOwned = "VIGIL_NOT_OWNED"
 
 // ownerGuard is the prefix that makes an asynq outcome script a guarded

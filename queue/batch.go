@@ -43,10 +43,10 @@ const maxHeldWrites = 10_000
 // held, in order, and sent once it is; a round trip that gets no reply is
 // held too (sent again: an event whose reply was lost may then appear
 // twice). One that Redis refuses is logged and dropped. A handler whose
-// processing record is held waits for it (fault explorer E39): a handler
-// that began with its record held and crashed the process left no record
-// of its run, its crash was not counted against the task, and a toxic task
-// ran once more than job_crash_retries allows.
+// processing record is held waits for it: a handler that began with its
+// record held and crashed the process would leave no record of its run,
+// its crash would not count against the task, and a toxic task would run
+// once more than job_crash_retries allows (TestHandlerBeginsOnlyOnRecord).
 type batcher struct {
 	w    *worker
 	reqs chan writeReq

@@ -19,10 +19,11 @@ import (
 // asynq" and "recorded as ours".
 //
 // The owner must not be one Recover declared dead: a dequeue a process
-// sent just before it was killed can still reach Redis after Recover put
-// its tasks back (miniredis serves connections in no set order; a proxy
-// or a slow network can hold a command); it would take a task for a
-// process that no longer exists, left to asynq's lease recovery.
+// sent just ahead of its kill can still reach Redis after Recover put its
+// tasks back (miniredis serves connections in no set order; a proxy or a
+// slow network can hold a command); it would take a task for a process
+// that is gone, left to asynq's lease recovery
+// (TestRecoverPicksOnlyTheDeadProcessesActiveTasks).
 //
 // It takes up to ARGV[9] tasks (1 if absent) in one call (prefetch.go):
 // each as asynq's dequeue would, one after the other.

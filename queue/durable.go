@@ -10,8 +10,9 @@ import (
 )
 
 // DurableConfig makes Enqueue answer only once the task reached Replicas
-// replicas of its master, waiting at most Timeout (issue 17: acknowledged
-// means kept). Replicas 0 turns it off.
+// replicas of its master, waiting at most Timeout: an acknowledged task is
+// kept through a failover (failover's TestDurableEnqueue). Replicas 0
+// turns it off.
 type DurableConfig struct {
 	Replicas int
 	Timeout  time.Duration

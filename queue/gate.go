@@ -3,13 +3,15 @@ package queue
 import "context"
 
 // handlerGate lets a worker's handlers run side by side, or one alone. A
-// task with a crash on record runs alone (finding E12): when a worker dies
-// with several handlers in flight the crash counts against each (the
-// recovery cannot tell whose handler killed it), and only a crash with its
-// handler alone in the process can be held against a task for good (the
-// middleware's toxic rule). Running it alone makes its next crash, if any,
-// such a crash; its neighbours wait before their handlers begin, so a
-// crash then counts nothing against them.
+// task with a crash on record runs alone: when a worker dies with several
+// handlers in flight the crash counts against each (the recovery cannot
+// tell whose handler killed it), and only a crash with its handler alone
+// in the process can be held against a task for good (the middleware's
+// toxic rule). Running it alone makes its next crash, if any, such a
+// crash; its neighbours wait before their handlers begin, so a crash then
+// counts nothing against them: a toxic task never gets its neighbour
+// archived beside it (TestToxicJobSparesItsNeighbour,
+// TestSharedCrashesAloneAreNotToxic).
 //
 // slots holds one token per handler running; alone takes every token.
 // turn (one token) orders takers, so that a task waiting to run alone is

@@ -16,11 +16,11 @@ const handBackGrace = 250 * time.Millisecond
 // (its deadline, a cancel) is given to return. One that has not returned
 // by then is stuck: asynq would retry or archive its task while it is
 // still inside it, and an operator's retry, or the retry itself, would
-// run it in a second handler (explorer seed 170738: a hung handler, its
-// task archived at its timeout, then retried by an operator, ran in two
-// processes at once). Its task stays active under this process, its
-// running record kept, and the worker exits as soon as its other tasks
-// are done (ErrStuckHandler, counted as a crash): the supervisor then
+// run it in a second handler: a hung handler's task archived at its
+// timeout, then retried by an operator, would run in two processes at
+// once (TestStuckHandlerKeepsItsTaskAndEndsTheWorker). Its task stays
+// active under this process, its running record kept, and the worker
+// exits as soon as its other tasks are done (ErrStuckHandler, counted as a crash): the supervisor then
 // requeues the task, counting that crash against it, so that a job that
 // keeps hanging ends toxic like one that keeps crashing. The handler
 // cannot be stopped otherwise: Go has no way to end a goroutine.
@@ -160,8 +160,8 @@ func (h *handlerRuns) handedBack(r *handlerRun) bool {
 // handBack is asked before asynq's shutdown requeue of task id is written
 // (the hook, outcome.go). asynq puts the task back at its shutdown timeout
 // and cancels the handler only after: another worker could take the task
-// while this handler is still inside it (two handlers of one task, finding
-// E8). Here the handler is cancelled first and waited for, up to
+// while this handler is still inside it: two handlers of one task
+// (TestShutdownNeverHandsBackARunningHandler). Here the handler is cancelled first and waited for, up to
 // handBackGrace. It reports whether the requeue may be written: yes once
 // the handler returned, or if it never started (it never will); no while
 // it is still inside. Then the task stays active under this process, held,

@@ -75,7 +75,8 @@ type redisHook struct {
 	// give-back never overlaps a dequeue, whose reply may take a task the
 	// give-back just put back (the give-back's bookkeeping, keyed by task
 	// id, would then undo the new dequeue's hold), and tasks a refused
-	// give-back keeps are never handed out unchecked meanwhile.
+	// give-back keeps are never handed out unchecked meanwhile
+	// (TestPrefetchGiveBackNeverOverlapsADequeue).
 	turn sync.Mutex
 
 	refusedUntil atomic.Int64 // Unix ns: dequeues refused until then after Redis refused one

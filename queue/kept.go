@@ -33,10 +33,10 @@ const MaxKeptDefault = 10_000
 //   - keep(o): hold one outcome (the hook calls it); past max the oldest
 //     is dropped, logged and counted (that task runs again).
 //   - flush(ctx): write every kept outcome, each under the owner guard:
-//     asynq's own script (toxicArchive for a toxic task's) runs only if the task is still active and its
-//     owner field names this process. One that no longer is (written by a
-//     reply that was lost, or recovered by someone else) is dropped as
-//     stale. It stops at the first fault and keeps the rest.
+//     asynq's own script (toxicArchive for a toxic task's) runs only if
+//     the task is still active and its owner field names this process.
+//     One that is not any more (written by a reply that was lost, or
+//     recovered by someone else) is dropped as stale. It stops at the first fault and keeps the rest.
 //   - has(id), ids(), len(): what is kept (the stranded-task sweep leaves
 //     kept tasks alone).
 //
@@ -50,7 +50,7 @@ type keptOutcomes struct {
 
 	mu    sync.Mutex
 	m     map[string]keptOutcome
-	order []string // ids, oldest first (may hold ids no longer in m)
+	order []string // ids, oldest first (may hold ids gone from m)
 }
 
 // keptOutcome is one task's unacknowledged outcome: asynq's script call,

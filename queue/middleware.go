@@ -56,7 +56,9 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 
 	// Toxic only past the limit with a crash of its own (it ran alone);
 	// one past the limit whose crashes all came with neighbours in flight
-	// runs alone once more first (finding E12, gate.go).
+	// runs alone once more first (gate.go): a neighbour's crash never makes
+	// a task toxic (TestSharedCrashesAloneAreNotToxic,
+	// TestToxicJobSparesItsNeighbour).
 	if j.crashes > w.env.JobCrashRetries && cr.solo > 0 {
 		return w.toxic(ctx, j)
 	}
@@ -71,8 +73,8 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 			// until it returns, which may be only the process's end. A
 			// task waiting to run alone would run beside it otherwise, and
 			// the crash the exit counts would be held against both as
-			// neighbours (CI's run of explorer seed 203: a toxic task ran
-			// once more than job_crash_retries allows).
+			// neighbours, and a toxic task would run once more than
+			// job_crash_retries allows (TestStuckHandlerKeepsItsNeighboursOut).
 			go func() {
 				<-j.run.returned
 				release()
@@ -85,7 +87,7 @@ func (w *worker) process(ctx context.Context, t *asynq.Task) error {
 		return context.Canceled // handed back by asynq's shutdown while it waited
 	}
 	if !w.begin(ctx, j) {
-		// Not on record: the handler does not begin (E39). asynq gave up
+		// Not on record: the handler does not begin (see begin). asynq gave up
 		// on the task meanwhile (its deadline, its shutdown), or Redis was
 		// away so long that the record was dropped.
 		err := ctx.Err()
@@ -147,7 +149,8 @@ func (w *worker) event(j *job, state JobState) JobEvent {
 // deleted by the archive itself (the hook sends toxicArchive for a task
 // marked here): an operator who runs the archived task again gets a run,
 // not the same verdict at once, and a worker killed before its archive is
-// written leaves them for the next dequeue's verdict (E58).
+// written leaves them for the next dequeue's verdict
+// (TestToxicCountersOutliveALostArchive).
 func (w *worker) toxic(ctx context.Context, j *job) error {
 	w.hook.markToxic(j.id) // first: asynq may write the archive as soon as the task's context ends
 	terr := toxicError(j.crashes)
@@ -169,8 +172,10 @@ var errNotRecorded = errors.New("the task's running record could not be written:
 // runs (in a round trip it may share with other tasks'), and reports
 // whether the record is in Redis. It waits while Redis is away: a handler
 // that began without its record and crashed the process would leave no
-// trace of its run, and its crash would not count against the task (fault
-// explorer E39). It gives up when ctx ends (asynq gave up on the task).
+// trace of its run, and its crash would not count against the task: a
+// toxic task would run once more than job_crash_retries allows
+// (TestHandlerBeginsOnlyOnRecord). It gives up when ctx ends (asynq gave
+// up on the task).
 func (w *worker) begin(ctx context.Context, j *job) bool {
 	sent := make(chan bool, 1)
 	w.current.change(j.id, true, func(cur currentChange) {
@@ -279,11 +284,11 @@ func (w *worker) finish(ctx context.Context, j *job, err error) error {
 	// A handler asynq's shutdown gave up on that is still inside the task
 	// (it did not heed its context) keeps the task's running record: if it
 	// then brings the process down, the supervisor's recovery must count
-	// that crash against the task (explorer seed 150168: the record was
-	// deleted here, the crash job then killed the process on its way out,
-	// the recovery found no run and counted nothing, and the job ran once
-	// more than job_crash_retries 0 allows). The process is ending: its
-	// recovery, owner-scoped, removes the record.
+	// that crash against the task: without the record the recovery finds
+	// no run, counts nothing, and a crash job that kills the process on its
+	// way out runs once more than job_crash_retries allows
+	// (TestShutdownNeverHandsBackARunningHandler). The process is ending:
+	// its recovery, owner-scoped, removes the record.
 	keepRunning := aborted && j.run != nil && w.runs.inside(j.run)
 	switch {
 	case j.stuck:
@@ -475,8 +480,8 @@ type currentChange struct {
 }
 
 // mark tells the job event of a change that it changed its worker's
-// current job: the event broker makes the worker's worker_update of it
-// (issue 20, live current job), with no write of its own.
+// current job: the event broker makes the worker's worker_update of it,
+// with no write of its own (TestCurrentJobLive, TestCurrentJobBrokerOrder).
 func (c currentChange) mark(ev *JobEvent) {
 	if c.changed {
 		ev.WorkerJob, ev.WorkerSeq = c.job, c.seq

@@ -11,7 +11,7 @@ import (
 // outcome sends one of asynq's outcome writes (done, complete, retry,
 // archive, requeue) once. If Redis acknowledges it, or answers that the
 // task is not where asynq thought (its own error, passed on), the task is
-// no longer held. If no reply came, or Redis refused the write, the call
+// not held any more. If no reply came, or Redis refused the write, the call
 // is kept (kept.go) and asynq is told it succeeded: asynq's own retry of it
 // could never succeed (it reuses a cancelled context), and the task, still
 // active under this process, would run again after asynq's lease
@@ -55,7 +55,7 @@ func (h *redisHook) outcome(ctx context.Context, cmd redis.Cmder, next redis.Pro
 	sent := c
 	if toxic && script.name == "archive" {
 		// The toxic verdict's archive deletes the crash counters with it
-		// (toxicArchive, E58), sent with EVAL: it is rare, and a NOSCRIPT
+		// (toxicArchive), sent with EVAL: it is rare, and a NOSCRIPT
 		// would send asynq's own script again, without the delete.
 		script = toxicArchive
 		keys = append(keys, h.jobPfx+id+health.JobCrashesSuffix, h.jobPfx+id+health.JobSoloCrashesSuffix)

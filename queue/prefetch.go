@@ -11,12 +11,13 @@ import (
 
 // Prefetch. asynq dequeues one task per round trip, from one goroutine,
 // after taking one of its concurrency tokens: with short tasks a worker's
-// throughput is one task per dequeue round trip (issue 14, P5). The hook's
-// dequeue therefore takes, in the same script call, as many tasks as this
-// process has free handler slots (the concurrency less the tasks it holds),
-// up to maxPrefetch, hands asynq the first and keeps the others here; the
-// next calls asynq makes (it makes them at once while it has free tokens)
-// are answered from here without asking Redis.
+// throughput is one task per dequeue round trip (BenchmarkThroughput
+// measures it). The hook's dequeue therefore takes, in the same script
+// call, as many tasks as this process has free handler slots (the
+// concurrency less the tasks it holds), up to maxPrefetch, hands asynq the
+// first and keeps the others here; the next calls asynq makes (it makes
+// them at once while it has free tokens) are answered from here without
+// asking Redis (TestPrefetch).
 //
 // A worker whose tasks are short takes more: as many past its free slots
 // as its slots get through in aheadBudget at the mean time a slot takes
@@ -67,7 +68,9 @@ import (
 //
 // A give-back never overlaps a dequeue call of asynq's (the hook's turn
 // lock): a dequeue may take again a task just given back, and the
-// give-back's bookkeeping, keyed by task id, would undo the new hold.
+// give-back's bookkeeping, keyed by task id, would undo the new hold: the
+// task would run unheld, and the next stranded-task sweep would requeue it
+// under its handler (TestPrefetchGiveBackNeverOverlapsADequeue).
 //
 // A give-back that got no reply may have run: its tasks are dropped from
 // here, so that they are never handed out (another worker may already run
@@ -126,8 +129,8 @@ func (p *prefetch) take() []prefetchedTask {
 	return ts
 }
 
-// stale reports whether a task held was taken before cutoff (they were
-// all taken by one dequeue, the first is the oldest).
+// stale reports whether a task held was taken before cutoff (one dequeue
+// took them all, the first is the oldest).
 func (p *prefetch) stale(cutoff time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

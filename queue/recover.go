@@ -18,7 +18,7 @@ import (
 // tasks' requeued:stale events are written: the event stream is in another
 // Redis Cluster slot than the queue, so no one script can do both, and a
 // task visible as pending before its event could be dequeued and announced
-// processing first (issue 20, recovery order).
+// processing first (TestRequeueEventBeforePending).
 //
 // A task is the dead process's when its owner field (written by the dequeue,
 // see dequeue.go) names it, or when the process's running hash lists it
@@ -32,7 +32,8 @@ import (
 //
 // A task counts as run (its handler had begun: the running hash lists it)
 // only when the process crashed (count is "1"): the tasks of a process that
-// was stopped did not crash it (E45).
+// was stopped did not crash it, even when it could not put them back
+// itself (TestRecoverAfterAStopCountsNoCrash).
 //
 // KEYS: active, lease, dead owners. ARGV: task key prefix, owner,
 // pending_since (Unix ns), job key prefix, crash counter suffix, owner
@@ -81,7 +82,8 @@ return out`)
 // no crash (nothing of it ran). When it was the only one whose handler had
 // begun, its solo counter (the crash counter's key + ":solo",
 // health.JobSoloCrashesSuffix) is incremented too: that crash can only be
-// its own (finding E12, see the middleware's toxic rule).
+// its own (see the middleware's toxic rule;
+// TestRecoverPicksOnlyTheDeadProcessesActiveTasks).
 //
 // KEYS: active, lease, pending. ARGV: task key prefix, owner,
 // pending_since (Unix ns), job key prefix, crash counter suffix, counter
@@ -171,10 +173,10 @@ func NewRecoverer(store *health.Store, cfg RecovererConfig) *Recoverer {
 // again (a second call finds nothing to requeue).
 //
 // Each task's requeued:stale event is written before the task is pending
-// again (issue 20): no processing of its next run can come before it on
-// the stream. A task found but no longer active when the requeue comes
-// (asynq's lease recovery took it meanwhile: only after a long outage)
-// keeps its event without being requeued here.
+// again: no processing of its next run can come before it on the stream
+// (TestRequeueEventBeforePending). A task found but not active any more
+// when the requeue comes (asynq's lease recovery took it meanwhile: only
+// after a long outage) keeps its event without being requeued here.
 func (r *Recoverer) Recover(ctx context.Context, id health.ComponentID, pid int, crashed bool) (int, error) {
 	keys, rdb := r.store.Keys(), r.store.Client()
 	running, err := rdb.HGetAll(ctx, keys.Running(id)).Result()

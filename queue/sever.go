@@ -63,10 +63,11 @@ func (s *connSet) dial(ctx context.Context, network, addr string, next redis.Dia
 // client dials through its own hooks; a cluster client never does (go-redis
 // calls no DialHook of a ClusterClient's hooks): its connections are its node
 // clients', each with hooks of its own, so s is added to every node client as
-// the cluster client creates it (finding E38: a worker of a Cluster kept
-// waiting on a shard past its shutdown bound, its connections untracked, and
-// outlived its dead supervisor by 2.4 s). Call it before rdb's first command:
-// a node client created before is not tracked.
+// the cluster client creates it: a node's connections left untracked are
+// not severed, and a worker of a Cluster would keep waiting on a shard past
+// its shutdown bound, outliving its dead supervisor
+// (TestSeverCutsAClusterNodesConnections). Call it before rdb's first
+// command: a node client created before is not tracked.
 func (s *connSet) track(rdb redis.UniversalClient) {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {

@@ -337,17 +337,17 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, handlers map[string]asynq.
 	}
 	w.shuttingDown.Store(true)
 	w.log.Info("worker stopping", "shutdown_timeout", w.env.ShutdownTimeout)
-	// The shutdown is bounded whatever Redis does (finding E10): a Redis
-	// that holds its replies (paused) or refuses connections would keep
-	// asynq's shutdown writes, the heartbeat and the last flushes waiting
-	// for go-redis's timeouts and retries, tens of seconds, and a worker
-	// whose supervisor died must be gone within its shutdown timeout + 1 s.
-	// Past the shutdown timeout and shutdownSlack the client's connections
-	// are severed (sever.go): every call waiting on Redis fails at once,
-	// and none dials again. What was not written is
-	// not lost: the tasks are still active under this process's owner
-	// field, and the supervisor's owner-scoped requeue puts them back once
-	// the process is gone.
+	// The shutdown is bounded whatever Redis does
+	// (TestShutdownBoundedWithoutRedis): a Redis that holds its replies
+	// (paused) or refuses connections would keep asynq's shutdown writes,
+	// the heartbeat and the last flushes waiting for go-redis's timeouts
+	// and retries, tens of seconds, and a worker whose supervisor died must
+	// be gone within its shutdown timeout + 1 s. Past the shutdown timeout
+	// and shutdownSlack the client's connections are severed (sever.go):
+	// every call waiting on Redis fails at once, and none dials again. What
+	// was not written is not lost: the tasks are still active under this
+	// process's owner field, and the supervisor's owner-scoped requeue puts
+	// them back once the process is gone.
 	bound = w.clock.AfterFunc(w.env.ShutdownTimeout+shutdownSlack, func() {
 		w.log.Warn("shutdown outlasts its bound: redis connections severed; what is left unwritten is requeued by the supervisor once this process exits",
 			"bound", w.env.ShutdownTimeout+shutdownSlack)
