@@ -181,6 +181,11 @@ func (k Keys) Pause(q string) string { return k.Prefix + "pause:{" + q + "}" }
 // QueueStats is the hash of a queue's rolling job statistics (avg_ms).
 func (k Keys) QueueStats(q string) string { return k.Prefix + "qstats:{" + q + "}" }
 
+// Durable is a small string in queue q's slot (as asynq's keys) that a
+// durable enqueue writes after the task, on the connection that then
+// WAITs for the replicas (queue's durable_enqueue).
+func (k Keys) Durable(q string) string { return k.Prefix + "durable:{" + q + "}" }
+
 // DeadOwners is the sorted set of queue q's dead worker processes (their
 // tasks' owner field, "<component>:<pid>") → when their tasks were
 // requeued (ms). A dequeue takes no task for one of them: a command a

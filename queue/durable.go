@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/vigil-dev/vigil/health"
 )
 
 // DurableConfig makes Enqueue answer only once the task reached Replicas
@@ -28,18 +29,14 @@ const DurableTimeoutDefault = 500 * time.Millisecond
 // kept).
 var ErrNotDurable = errors.New("not on enough replicas in time")
 
-// durableKey is a small key in queue q's slot ({q}, as asynq's keys) that
-// a durable enqueue writes after the task, on one connection, before WAIT.
-func durableKey(prefix, q string) string { return prefix + "durable:{" + q + "}" }
-
 // waitReplicas waits until what was written to q's master before now has
 // reached cfg.Replicas replicas. WAIT counts the writes of its own
 // connection: it runs on one connection after a write of its own, which the
 // master's replication stream orders after the task (written by asynq on
 // another connection, already answered). It returns how many replicas
 // acknowledged.
-func waitReplicas(ctx context.Context, rdb redis.UniversalClient, prefix, q string, cfg DurableConfig) (int, error) {
-	key := durableKey(prefix, q)
+func waitReplicas(ctx context.Context, rdb redis.UniversalClient, keys health.Keys, q string, cfg DurableConfig) (int, error) {
+	key := keys.Durable(q)
 	// One server: its pipeline runs on one connection. A cluster: the
 	// pipeline of the node that holds the key.
 	var node redis.Cmdable = rdb

@@ -138,7 +138,7 @@ func (c *Client) Enqueue(ctx context.Context, q string, task *asynq.Task, opts .
 		return nil, err
 	}
 	if c.cfg.Durable.Replicas > 0 {
-		n, err := waitReplicas(ctx, c.store.Client(), c.store.Keys().Prefix, q, c.cfg.Durable)
+		n, err := waitReplicas(ctx, c.store.Client(), c.store.Keys(), q, c.cfg.Durable)
 		if err == nil && n < c.cfg.Durable.Replicas {
 			err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, n, c.cfg.Durable.Replicas, c.cfg.Durable.Timeout)
 		}
