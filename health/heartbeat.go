@@ -33,7 +33,7 @@ const (
 	StaleAfter = 2
 )
 
-// ErrStale is returned by a heartbeat whose process is no longer the one the
+// ErrStale is returned by a heartbeat whose process is not the one the
 // record names: the caller must exit.
 var ErrStale = errors.New("stale worker: the component record names another process")
 
@@ -126,8 +126,9 @@ func (h *Heartbeater) Beat(ctx context.Context) (BeatResult, error) {
 
 // Recover writes a heartbeat that opens a recovering window of d (clamped
 // to RecoverMin–RecoverMax) with reason: the key lives until the window
-// ends and the record says recovering (issue 20). It returns the window
-// granted (0 when the record is stopping: then it was an ordinary beat).
+// ends and the record says recovering (TestRecoverWindowThenBeatIsHealthy).
+// It returns the window granted (0 when the record is stopping: then it
+// was an ordinary beat).
 // Until one interval before the window ends, Run sends no ordinary beat
 // (one would end the window), unless EndRecovery is called first; a
 // process that cannot beat by the window's end is judged hung.

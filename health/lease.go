@@ -131,7 +131,8 @@ const (
 )
 
 // renewResends is how often RenewLeases sends a renewal again after it
-// failed (go-redis's default MaxRetries, which it no longer applies to it).
+// failed: go-redis's default MaxRetries, which go-redis itself does not
+// apply to a renewal (it is sent NoRetry).
 const renewResends = 3
 
 // RenewLeases is Renew reporting, for each lease, whether it was held,
@@ -140,12 +141,12 @@ const renewResends = 3
 // A renewal that failed (but for a timeout: the error is returned) is sent
 // again here, not by go-redis (it is sent NoRetry): one whose reply was
 // lost may have run, found a lease gone (Redis lost its data) and taken it
-// again, and the second, finding it this host's, answered "held". The loss
-// went unseen: the records Redis lost, a stopped worker's hold among them,
-// were never written again (review after fault explorer E61, E30's
-// schedule with a lost reply). What a renewal sent again finds held is
-// LeaseHeldUnsure. A caller whose renewal returned an error knows as much
-// of its next one.
+// again, and the second, seeing it this host's, would answer "held". The
+// loss would go unseen: the records Redis lost, a stopped worker's hold
+// among them, would never be written again. What a renewal sent again
+// finds held is LeaseHeldUnsure
+// (TestRenewalSentAgainAfterALostReplyIsUnsure). A caller whose renewal
+// returned an error knows as much of its next one.
 func (s *Store) RenewLeases(ctx context.Context, keys []string, me string, lease time.Duration) ([]Renewal, error) {
 	for n := 0; ; n++ {
 		out, err := s.renewOnce(ctx, keys, me, lease)
@@ -229,8 +230,9 @@ func (s *Store) ReleaseSlot(ctx context.Context, id ComponentID, me string) erro
 	}
 	if n == 1 || n == 2 {
 		// Gone is free as well: go-redis sends the release again when its
-		// reply was lost, and that finds no lease; the slot stayed out of
-		// the free set until a scan (review after fault explorer E61).
+		// reply was lost, and that finds no lease; the slot must still be
+		// in the free set, not wait for a scan
+		// (TestReleaseSentAgainAfterALostReplyMarksTheSlotFree).
 		return s.MarkFree(ctx, []ComponentID{id})
 	}
 	return nil

@@ -2,9 +2,9 @@ package health
 
 import "github.com/redis/go-redis/v9"
 
-// ownerCheck is the owner test of writeScript and setPIDScript (issue 12,
-// invariant 3: only the holder of a slot's lease writes its record). With
-// an owner given (a lease value, "<host>/<instance>"), a write goes through
+// ownerCheck is the owner test of writeScript and setPIDScript: only the
+// holder of a slot's lease writes its record (TestWriteChecksTheOwner,
+// TestSetPID). With an owner given (a lease value, "<host>/<instance>"), a write goes through
 // only if the slot's lease is that owner's, or if the lease is gone (it
 // expired during an outage, or Redis lost its data) and the record names no
 // other instance (it is absent, re-created by a worker's heartbeat without
@@ -68,25 +68,31 @@ end
 // An owner's write over a record the owner did not write is not checked
 // against the status machine, which guards a writer's own history: a
 // record of another instance (a previous owner's, which this owner's
-// takeover write, held during an outage, never replaced: E28) or of none
-// (re-created by a worker's heartbeat after Redis lost its data: E27). The
-// owner check comes first: the lease says whose the slot is. A record
+// takeover write, held during an outage, never replaced:
+// TestOwnerWritesOverAPreviousOwnersRecord) or of none (re-created by a
+// worker's heartbeat after Redis lost its data:
+// TestOwnerWritesOverARecordTheHeartbeatRecreated). Refused from such a
+// record, a restart would leave the slot stopped, or in backoff, for good.
+// The owner check comes first: the lease says whose the slot is. A record
 // stopped and held, or failed, is checked whoever wrote it: only an
 // operator's action ends those, and a host that took a lapsed lease again
-// has a view older than a hold the slot's holder meanwhile wrote.
+// has a view older than a hold the slot's holder meanwhile wrote
+// (TestOwnerDoesNotWriteOverAnotherInstancesHoldOrFailure).
 //
 // A write the status machine would refuse but that finds the record
 // already as it would leave it (every field it sets equal, every field it
 // deletes absent; updated_at, in ms, makes two writes differ) is the same
 // write, applied once: it is applied again and succeeds. That is what a
 // retry finds when the reply of the first attempt was lost (go-redis
-// retries a script whose connection closed); refusing it left a claimed
-// slot starting with no process (fault explorer, E5). The worker's own
-// fields (last_heartbeat, current_job, current_seq, version) are left out
-// of that comparison: a stale process of the slot (the previous holder's,
-// running on after Redis lost the leases) sets its current job with a
-// plain HSET, and did between the first attempt and the retry (E61). The
-// write applied again clears them as it says.
+// retries a script whose connection closed); refusing it would leave a
+// claimed slot starting with no process
+// (TestWriteRetriedAfterALostReplySucceeds). The worker's own fields
+// (last_heartbeat, current_job, current_seq, version) are left out of that
+// comparison: a stale process of the slot (the previous holder's, running
+// on after Redis lost the leases) sets its current job with a plain HSET,
+// and may do so between the first attempt and the retry
+// (TestWriteRetriedAfterALostReplyOverAStaleWorkersJobSucceeds). The write
+// applied again clears them as it says.
 var writeScript = redis.NewScript(bumpRev + `
 local a = cjson.decode(ARGV[1])
 local owner = a.owner or ''
@@ -99,7 +105,7 @@ if st == 'stopped' and redis.call('HGET', KEYS[1], 'held') == '1' then tok = 'st
 -- A record the owner did not write (another instance's, left by a previous
 -- owner; or one without an instance, re-created by a worker's heartbeat
 -- after Redis lost its data) has no history of the owner's to guard: the
--- owner's write goes through (fault explorer E27, E28). Not over a hold
+-- owner's write goes through (see writeScript's comment). Not over a hold
 -- or a failure: only an operator's action ends those, whoever wrote them
 -- (a host whose lease lapsed and was taken again has a view older than a
 -- hold written meanwhile by the host that held the slot).
@@ -113,8 +119,8 @@ if a.from then
   if not ok then
     -- The same write, applied once already (its reply lost)? The
     -- worker's own fields do not tell: a stale process of the slot may
-    -- have set them since (E61). It is applied again: what it clears, a
-    -- stale worker set.
+    -- have set them since. It is applied again: what it clears, a stale
+    -- worker set.
     local wf = {last_heartbeat = true, current_job = true, current_seq = true, version = true}
     local same = true
     for k, v in pairs(a.set) do
@@ -132,7 +138,7 @@ local args = {}
 for k, v in pairs(a.set) do args[#args+1] = k; args[#args+1] = v end
 if #args > 0 then redis.call('HSET', KEYS[1], unpack(args)) end
 if a.del then for _, f in ipairs(a.del) do redis.call('HDEL', KEYS[1], f) end end
--- created_at: the first registration, set once (issue 20)
+-- created_at: the first registration, set once
 if a.set.updated_at and a.set.updated_at ~= '' then redis.call('HSETNX', KEYS[1], 'created_at', a.set.updated_at) end
 if a.restarts then
   args = {}
@@ -162,12 +168,13 @@ return {1, tok, rev, cj, cs}
 // supervisor writes it before the fork and the pid right after), nothing
 // written, try again, 4 beat written and the worker recovering, with a
 // third element, the window in ms.
-// A starting record without a pid is never adopted (issue 12, defect 8): a
-// stale process (a fenced worker, an orphan of a killed supervisor) would
-// take the new child's place.
+// A starting record without a pid is never adopted: a stale process (a
+// fenced worker, an orphan of a killed supervisor) would take the new
+// child's place (TestBeatDoesNotAdoptStartingWithoutPID).
 //
-// A recover_for above 0 opens (or moves) a recovering window (issue 20): it
-// is clamped to [recover_min, recover_max] (5 s and 120 s when absent), the
+// A recover_for above 0 opens (or moves) a recovering window
+// (TestRecoverWindowThenBeatIsHealthy, TestRecoverWindowClamped): it is
+// clamped to [recover_min, recover_max] (5 s and 120 s when absent), the
 // key lives that long (the TTL when longer), and the record says
 // recovering, with the reason and recovering_until. The supervisor judges
 // the key as ever: it expires at the window's end unless beaten, and a key
