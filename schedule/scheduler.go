@@ -280,10 +280,11 @@ func (s *Scheduler) refresh(ctx context.Context) error {
 	if (rev == "" || applied == "") && s.cfg.Restore != nil {
 		// No revision, or no configuration applied: the index was never
 		// written, or Redis lost it, or a restore was cut short by
-		// another loss (explorer seed 171290: a FLUSHALL between a
-		// restore's create and its revision bump left an index with a
-		// revision and no schedule, and the configured schedule never
-		// came back). The configuration's schedules belong there (a
+		// another loss (a FLUSHALL between a restore's create and its
+		// revision bump leaves an index with a revision and no schedule;
+		// read as current, the configured schedule would never come
+		// back: TestRestoreCutShortByAnotherLossIsDoneAgain). The
+		// configuration's schedules belong there (a
 		// revision of their own follows; ticks before now stay lost with
 		// the data, none is fired twice: the restored records start now).
 		// The configuration's digest is written last, once it is all in.
@@ -428,9 +429,9 @@ func (s *Scheduler) decide(ctx context.Context, c *cached, now time.Time) (moved
 			if last.Before(c.v.LastTick) {
 				// A record's last tick only moves on, unless the record
 				// was written anew: Redis lost its data and the
-				// schedule was restored since it was read (E37). Its
-				// start moved too: read it again, never plan from the
-				// lost state.
+				// schedule was restored since it was read. Its start
+				// moved too: read it again, never plan from the lost
+				// state (TestRestoredDuringAFireIsReadAgain).
 				return false, errStale
 			}
 			c.v.LastTick = last

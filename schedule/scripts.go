@@ -164,8 +164,8 @@ return {"skipped", tonumber(ARGV[2])}
 // operation's token, fOp, among them) unless one exists. Returns 1 if
 // written, or if the record is this very write's: go-redis sends a script
 // again when its connection closed before the reply, and the first run
-// had applied it (a create answered "exists" and told no leader of the
-// new schedule; review after fault explorer E61).
+// had applied it: answered "exists", the create would tell no leader of
+// the new schedule (TestOperationRetriedAfterALostReplyIsApplied).
 var createScript = redis.NewScript(`
 if redis.call("EXISTS", KEYS[1]) == 1 then
 	for i = 1, #ARGV - 1, 2 do
@@ -229,8 +229,8 @@ return redis.call("HINCRBY", KEYS[1], "rev", 1)
 // The record is kept a minute under KEYS[2] (Keys.ScheduleTaken), with
 // the operation's token: a run of the same token (go-redis sends a script
 // again when its reply was lost) returns the same fields. Else a move
-// whose take was applied but not answered found nothing and lost the
-// schedule (review after fault explorer E61).
+// whose take was applied but not answered would find nothing and lose the
+// schedule (TestOperationRetriedAfterALostReplyIsApplied).
 // KEYS: record, its taken copy. ARGV: 1 the operation's token.
 var takeScript = redis.NewScript(`
 if redis.call("HGET", KEYS[2], "#taken_by") ~= ARGV[1] then

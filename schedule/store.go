@@ -207,8 +207,9 @@ func (s *Store) bumpIn(ctx context.Context, pipe redis.Pipeliner) {
 // from 1. A revision is the leader's only sign that its cached schedules are
 // stale: after a data loss the schedules written again would count from 1
 // as the lost ones did, and a leader that had read revision 1 before the
-// loss kept planning from the lost records' start and last tick (fault
-// explorer E37: every tick since the first creation fired again).
+// loss would keep planning from the lost records' start and last tick,
+// firing again every tick since the first creation
+// (TestRestoredByAnotherHostIsReadAgain).
 //
 // KEYS: index. ARGV: revision field, base.
 var bumpScript = redis.NewScript(`
@@ -521,11 +522,12 @@ func (s *Store) ApplyConfig(ctx context.Context, defs []Definition) (bool, error
 		}
 	}
 	// The digest last, and only if every configured schedule is still in
-	// the index: Redis may have lost its data since the creates (explorer
-	// seed 171290: a FLUSHALL between a create's index entry and its
-	// record left a record, an index holding a revision and the digest,
-	// and no entry: the leader saw no schedule, and the digest said the
-	// configuration was in). Then the whole configuration is applied again.
+	// the index: Redis may have lost its data since the creates (a FLUSHALL
+	// between a create's index entry and its record leaves a record, an
+	// index holding a revision and the digest, and no entry: the leader
+	// would see no schedule, and the digest would say the configuration
+	// was in; TestApplyConfigCutShortByADataLoss). Then the whole
+	// configuration is applied again.
 	names := make([]any, 0, 3+len(defs))
 	names = append(names, health.ScheduleConfigField, digest)
 	for _, d := range defs {
