@@ -65,7 +65,7 @@ type client struct {
 	seen   uint64
 }
 
-// drop ends the connection: frames are no longer written, its context
+// drop ends the connection: no frame is written after it, its context
 // ends (r3labs/sse then removes the subscriber and its handler returns) and
 // a write stuck on a client that does not read fails at once.
 func (c *client) drop() {

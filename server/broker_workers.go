@@ -14,10 +14,10 @@ import (
 )
 
 // workerViews is the broker's view of each worker, so that a worker's
-// current job is live (issue 20): a worker changes its current job with
-// one HSET riding in the round trip of the job event it writes anyway
-// (processing, done, error), and that job event says so (worker_job and
-// worker_seq); the broker turns it into the worker's worker_update, sent
+// current job is live (TestCurrentJobLive, TestCurrentJobBrokerOrder): a
+// worker changes its current job with one HSET riding in the round trip of
+// the job event it writes anyway (processing, done, error), and that job
+// event says so (worker_job and worker_seq); the broker turns it into the worker's worker_update, sent
 // right after the job event, built from the last worker_update of that
 // worker it passed on, with the new current job. The worker writes no
 // event of its own: a worker_update is the record as the Go view shows

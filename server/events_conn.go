@@ -15,9 +15,9 @@ import (
 // Why: for as long as a stream lasts, net/http keeps per connection its
 // read and write buffers (4 KiB each), the response's own 2 KiB, the
 // request and the goroutine that served it, which is most of what a client
-// costs (BENCHMARKS.md, P3). Taken, the connection keeps only what the
-// stream uses; the handler returns and the broker serves it (stream,
-// watchConn, end), writing the response as net/http would: a status line,
+// costs (BenchmarkEventFanout's memory per client; BENCHMARKS.md). Taken,
+// the connection keeps only what the stream uses; the handler returns and
+// the broker serves it (stream, watchConn, end), writing the response as net/http would: a status line,
 // the header, HTTP/1.1 chunks, the last chunk when it ends.
 //
 // Not when a wrapper has declared it transforms the body (an embedder's

@@ -251,8 +251,8 @@ func closeConn(conn net.Conn, hard bool) {
 }
 
 // Header is the response's, written by open already: r3labs/sse sets the
-// same three fields in it again, to no effect (a new map each time, as
-// before, cost three maps per client). On a taken connection it is a map
+// same three fields in it again, to no effect (a new map each time would
+// cost three maps per client). On a taken connection it is a map
 // of its own, unused: the response's is net/http's, and its middleware's
 // once the handler returned.
 func (s *sseWriter) Header() http.Header {
