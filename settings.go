@@ -78,7 +78,7 @@ func ValidateSettings(s Settings) error {
 }
 
 // OpenRedis opens a client for a Redis URL as Vigil reads it: redis://,
-// rediss:// (TLS), unix://, redis-sentinel:// and redis-cluster://
+// rediss:// (TLS), redis-sentinel:// and redis-cluster://
 // (docs/hosts.md).
 func OpenRedis(url string) (redis.UniversalClient, error) { return redisconn.Open(url) }
 

@@ -56,7 +56,7 @@ var ErrNoRedis = errors.New("no Redis configured: set --redis, VIGIL_REDIS_URL (
 // by Reference and held current by TestReferenceIsCurrent) and in the
 // flags' help.
 type Config struct {
-	Redis           string         `yaml:"redis" env:"VIGIL_REDIS_URL,VIGIL_REDIS" doc:"The Redis URL: redis://, rediss:// (TLS), unix://, redis-sentinel://, redis-cluster:// (docs/hosts.md), or embedded for an in-memory Redis whose state is lost on exit. vigil serve refuses to start without one. VIGIL_REDIS is an alias of its variable."`
+	Redis           string         `yaml:"redis" env:"VIGIL_REDIS_URL,VIGIL_REDIS" doc:"The Redis URL: redis://, rediss:// (TLS), redis-sentinel://, redis-cluster:// (docs/hosts.md), or embedded for an in-memory Redis whose state is lost on exit. vigil serve refuses to start without one. VIGIL_REDIS is an alias of its variable."`
 	RedisFile       string         `yaml:"redis_file" doc:"A file holding the Redis URL instead of redis (keeps a password out of the process list and the config file)."`
 	DurableEnqueue  DurableEnqueue `yaml:"durable_enqueue" doc:"Enqueues through the API that wait for replicas (Redis with replicas)."`
 	Listen          string         `yaml:"listen" doc:"The admin server's address. Loopback by default: set a token before listening beyond this host."`

@@ -86,6 +86,9 @@ func collect(out *[]section, title, rowPrefix, doc string, v reflect.Value, scal
 			(*out)[me].rows = append((*out)[me].rows, row{path: path, def: "none", doc: f.Tag.Get("doc") + " See `" + path + "[]` below."})
 		default:
 			r := row{path: path, def: defaultText(fv), doc: f.Tag.Get("doc")}
+			if d := f.Tag.Get("default"); d != "" { // a default another package applies
+				r.def = "`" + d + "`"
+			}
 			if scalar {
 				fl := field{path: path, envTag: f.Tag.Get("env")}
 				r.env, r.flag = fl.env(), fl.flag()

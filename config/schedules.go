@@ -28,7 +28,7 @@ type Schedule struct {
 	Timeout   Duration `yaml:"timeout" doc:"Each task's timeout; 0: the pool's task_timeout."`
 	Retention Duration `yaml:"retention" doc:"How long asynq keeps each completed task; 0: not kept."`
 	Unique    Duration `yaml:"unique" doc:"While a task of the schedule with the same type and payload is pending or running (for at most this long), a tick enqueues nothing; 0: off."`
-	CatchUp   string   `yaml:"catch_up" doc:"What a new leader does with missed ticks: none skips them, last fires the latest once, all fires each (at most scheduler.max_catch_up)."`
+	CatchUp   string   `yaml:"catch_up" default:"last" doc:"What the leader does with missed ticks: none skips them, last fires the latest once, all fires each (at most scheduler.max_catch_up)."`
 
 	line  int            // of the entry
 	lines map[string]int // of each field's value
