@@ -60,7 +60,7 @@ type server struct {
 	port int
 	dir  string
 	// mu guards cmd: a pause's end (a timer of its own) may come while a
-	// restart has no process (explorer panic at seed ~213200 on 8c361f4).
+	// restart has no process, and would find cmd nil (a panic).
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}

@@ -112,7 +112,9 @@ const (
 
 // whyFailover is the window of a failover, from the fault to the new
 // master's announcement: the hosts could not write, as in an outage, but
-// it excuses no job run twice (issue 17: none with the Sentinel guard).
+// it excuses no job run twice: the failover guard (internal/redisconn)
+// holds every write through the switch, so a failover runs none twice
+// (TestGuardHoldsAClientOpenedDuringAFailover).
 const whyFailover = "redis failover"
 
 // stoppedCut reports whether host was stopped gracefully at some moment of
@@ -165,7 +167,7 @@ func (b *book) disturbedBut(host string, from, to time.Time, grace time.Duration
 }
 
 // excuses reports whether a process of host born at born may still be
-// around at now because of a disturbance: one that began before now, was
+// around at now because of a disturbance: one that began ahead of now, was
 // under way after the process was born, and ended less than grace ago. A
 // process born after its host's disturbances ended has no excuse.
 func (b *book) excuses(host string, born, now time.Time, grace time.Duration) bool {

@@ -160,15 +160,17 @@ func (w *world) revive() {
 //
 // Done must hold for jobsStable: a revive puts a dead worker's tasks back
 // (one counted done while it waited for asynq's lease recovery), and its
-// worker then runs or archives them (seed 5001).
+// worker then runs or archives them; judged at the first moment done, such
+// a task would be counted lost (the explorer's replay list,
+// explore/testdata/seeds.txt, holds it).
 //
 // Past timeout it goes on while the jobs progress (jobsDone's measure
 // grew in the last stall: jobsStall in a seed), up to twice timeout: a
 // machine twice as slow as the budget assumed runs the same jobs in the
-// same order, only later (seed 180517 in CI: two hang jobs in a one-worker
-// pool, six runs at 4 s each, the worker's restarts slowed by four seeds
-// at a time), while a queue nobody serves stands still and is judged at
-// timeout.
+// same order, only later (two hang jobs in a one-worker pool take six runs
+// at about 4 s each, and a loaded machine slows the worker's restarts),
+// while a queue nobody serves stands still and is judged at timeout
+// (TestWaitJobsGoesOnWhileTheJobsProgress).
 func (w *world) waitJobs(timeout, stall time.Duration) bool {
 	start := time.Now()
 	deadline, hardDeadline := start.Add(timeout), start.Add(2*timeout)
@@ -213,13 +215,13 @@ const jobsStall = TaskTimeout + StartTimeout
 // ended: 10 s, and for each hang or crash job the runs it may take before
 // it is toxic. A hang job's run is a task timeout, the stuck handler's
 // grace, its worker's exit and a restart (queue.ErrStuckHandler): a queue
-// behind one waits that long (seed 180517: two hang jobs in a one-worker
-// pool were not archived 10 s after the faults, and the jobs behind them
-// not run). A crash job's run is a crash, a backoff and a new worker's
-// start, and every max_in_window of them a failed worker to revive (seed
-// 230149: three crash jobs in a one-worker pool took nine runs; the last
-// was archived as toxic 0.6 s after the judgement, on a machine where a
-// worker takes 0.6 s to start).
+// behind one waits that long (two hang jobs in a one-worker pool are not
+// archived within 10 s of the faults, nor the jobs behind them run). A
+// crash job's run is a crash, a backoff and a new worker's start, and
+// every max_in_window of them a failed worker to revive (three crash jobs
+// in a one-worker pool take nine runs, and on a machine where a worker
+// takes 0.6 s to start the last is archived well past 10 s). The
+// explorer's replay list (explore/testdata/seeds.txt) holds both.
 func (w *world) jobsBudget() time.Duration {
 	d := 10 * time.Second
 	w.jobs.mu.Lock()
@@ -276,7 +278,7 @@ func (w *world) waitActions(d time.Duration) {
 	}
 }
 
-// checkRaces reports the race detector's findings in the hosts' logs.
+// checkRaces reports the races the race detector logged in the hosts' logs.
 func (w *world) checkRaces() {
 	for _, h := range w.hosts {
 		data, err := os.ReadFile(h.logf.Name())

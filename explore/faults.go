@@ -214,11 +214,12 @@ func (w *world) hostKill(s Step) {
 	h.mu.Unlock()
 	killed := time.Now()
 	p.kill()
-	// The host is down for s.Dur from its SIGKILL, not from its reaping:
-	// seed 171702 (four seeds and a -race test beside it) waited 0.56 s
-	// for its supervisor's exit, which pushed the next instance, the only
-	// one that can kill the previous instance's frozen worker, past
-	// invariant 2's limit. A reap that slow is the machine's.
+	// The host is down for s.Dur from its SIGKILL, not from its reaping: on
+	// a loaded machine the supervisor's exit may take half a second to be
+	// reaped, which would push the next instance, the only one that can
+	// kill the previous instance's frozen worker, past invariant 2's limit.
+	// A reap that slow is the machine's (load.reap flags the seed
+	// overloaded).
 	reaped := time.Since(killed)
 	w.load.reap(reaped)
 	w.b.count(s.Kind)
@@ -266,8 +267,9 @@ func (w *world) shutdownHost(h *host, p *hostProc, why string) {
 	for _, c := range children(p.pid) {
 		kids[c] = true
 	}
-	// E43: Stop has seen workers exit 0 seconds after their last line. Past
-	// the moment they must all be gone, say where each one still is.
+	// On a loaded machine a worker may exit seconds after its last line,
+	// held in the kernel. Past the moment they must all be gone, say where
+	// each one still is.
 	watch := time.AfterFunc(StopTimeout+time.Second, func() {
 		var where []string
 		for _, pid := range append([]int{p.pid}, sortedKeys(kids)...) {

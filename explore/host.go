@@ -29,7 +29,7 @@ type host struct {
 
 	mu       sync.Mutex
 	proc     *hostProc // nil while down
-	stopping *hostProc // a process being stopped gracefully (no longer proc)
+	stopping *hostProc // a process being stopped gracefully (not proc any more)
 	starting bool      // a start is under way (the world retries until one works)
 	refused  int       // faults cutting this host from Redis now (world.mu)
 }

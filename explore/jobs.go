@@ -105,9 +105,10 @@ func (w *world) enqueue(j Job) {
 	defer cancel()
 	at := time.Now()
 	// Known before the enqueue returns: an operator action may find the
-	// task in Redis first (seed 161214: a delete found it pending while
-	// the enqueue's reply was still on its way, did not mark it deleted,
-	// and the judge found the job vanished). The judge goes by order.
+	// task in Redis first (a delete that finds it pending while the
+	// enqueue's reply is still on its way must mark it deleted, or the
+	// judge finds the job vanished; the explorer's replay list,
+	// explore/testdata/seeds.txt, holds it). The judge goes by order.
 	w.jobs.mu.Lock()
 	w.jobs.byID[id] = &jobRec{id: id, queue: j.Queue, typ: j.Type, maxRetry: maxRetry, at: at, retriedAtRuns: -1}
 	w.jobs.mu.Unlock()
@@ -175,8 +176,9 @@ func (w *world) readLedger() (ledgerView, error) {
 
 // runnersOf describes the processes that ran a task: pid, component,
 // host and how each ended. A process with no exit in the ledger may live
-// yet, or have ended without a word: a signal, or a crash job's exit 3
-// (E56 was first reported as "killed" for any of these).
+// yet, or have ended without a word: a signal, or a crash job's exit 3;
+// it is said "ended unrecorded", never "killed", which it may not have
+// been.
 func (v ledgerView) runnersOf(id string) string {
 	var out []string
 	for _, pid := range v.runners[id] {
@@ -236,7 +238,7 @@ type JobStats struct {
 	// CancelledUnrun: archived "context canceled" with no handler run in
 	// the ledger, after an operator cancelled it while active: the cancel
 	// came between its dequeue and its handler's start (the handler
-	// waits for its running record; seed 297380).
+	// waits for its running record; TestJudgeCancelledBeforeItsHandler).
 	CancelledUnrun int
 }
 
@@ -254,8 +256,9 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 	// (a run) or not: a live owner puts it back itself once Redis answers
 	// (a lost reply: the stranded sweep), a dead one's supervisor does
 	// once it reaped it. Its last run may be an earlier process's, the
-	// task requeued since and dequeued again (finding E35: the judge took
-	// that process's host for the owner's). Without an owner field (an
+	// task requeued since and dequeued again: that process's host is not
+	// the owner's (TestAwaitingLeaseJudgesTheOwnerNotTheLastRun). Without
+	// an owner field (an
 	// asynq dequeue Vigil did not see), its last run's process; without
 	// either, a disturbance excuses it.
 	pid, ok := w.ownerPID(j)
@@ -267,7 +270,8 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 		pid = pids[len(pids)-1]
 	}
 	// A zombie is dead: an orphan that exited is the explorer's child (its
-	// subreaper) until the explorer reaps it (finding E35).
+	// subreaper) until the explorer reaps it
+	// (TestAwaitingLeaseZombieOwnerIsDead).
 	if alive(pid) {
 		return false
 	}
@@ -277,16 +281,18 @@ func (w *world) awaitingLease(v ledgerView, j jobRec) bool {
 	// 2), and may dequeue meanwhile a job enqueued after its host died: a
 	// dequeue held by a Redis pause goes through when the pause ends, and
 	// a Redis cut off then keeps the shutting-down worker from handing the
-	// task back (seed 87304).
+	// task back (the explorer's replay list, explore/testdata/seeds.txt,
+	// holds it).
 	_, host := v.procOf(pid)
 	since := j.at.Add(-(StopTimeout + time.Second))
 	return w.b.killed(host, since, time.Now()) || w.b.stoppedCut(host, since, time.Now())
 }
 
 // activeFacts describes where j stands in asynq's structures and whether
-// the process its owner field names lives, for a job judged not done
-// (finding E56: a dead worker's task left active, or a live one's never
-// written, could not be told apart once the seed's Redis was gone). The
+// the process its owner field names lives, for a job judged not done: a
+// dead worker's task left active, and a live one's outcome never written,
+// cannot be told apart once the seed's Redis is gone
+// (TestJudgeCompletedStillActive). The
 // hash is asynq's (its payload left out); "active list" is LPOS in the
 // queue's active list (Vigil's recovery and asynq's find a task there
 // only), "lease" its deadline in the lease set.
@@ -357,8 +363,9 @@ func (w *world) ownerPID(j jobRec) (int, bool) {
 // state of every job first, and the ledger (read) after: a handler writes
 // its completion to the ledger before its worker writes asynq's, so a
 // completion asynq showed is in the ledger read after it. The other order
-// (finding E13) took a job that completed between the two reads for one
-// that asynq completed without its handler succeeding.
+// would take a job that completed between the two reads for one that
+// asynq completed without its handler succeeding
+// (TestJudgeJobCompletingDuringTheJudgement).
 func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 	w.jobs.mu.Lock()
 	ids := append([]string(nil), w.jobs.order...)
@@ -385,8 +392,8 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 	}
 	for _, msg := range v.violations {
 		// "<task> started in <pid> while <pid> runs it": no excuse, a
-		// worker shutting down included (finding E8: its shutdown hands a
-		// task back only once its handler returned).
+		// worker shutting down included: its shutdown hands a task back
+		// only once its handler returned (TestJudgeTwoHandlers).
 		w.violate(7, "two live handlers inside one task: %s", msg)
 	}
 	for _, id := range ids {
@@ -461,7 +468,8 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			// Its worker, running its handler alone, was killed before the
 			// handler's first ledger write (a round trip of its own). Not a
 			// toxic neighbour's crash: that one counts against a task only
-			// while both are in flight, never alone (finding E12).
+			// while both are in flight, never alone (the gate of
+			// queue/gate.go).
 			st.ToxicUnseen++
 		case runs == 0 && j.cancelled && strings.Contains(lastErr, "context canceled"):
 			st.CancelledUnrun++
@@ -473,8 +481,9 @@ func (w *world) judgeJobs(read func() (ledgerView, error)) (JobStats, error) {
 			// fault) with its running record written and its handler not
 			// yet begun: that crash counts against it, as against any
 			// task whose worker dies holding it, and one past
-			// job_crash_retries makes it toxic again (seed 211114; the
-			// same as a first run's, above).
+			// job_crash_retries makes it toxic again (the same as a first
+			// run's, above; the explorer's replay list,
+			// explore/testdata/seeds.txt, holds it).
 			st.ToxicUnseen++
 		case j.retriedAtRuns >= 0 && runs <= j.retriedAtRuns:
 			w.violate(7, "%s archived again without running after an operator retry (it had %d runs then)", what, j.retriedAtRuns)
@@ -529,8 +538,9 @@ var _ = testledger.OutcomeOK
 // stoppedRuns counts the runs of a hang job in processes that were
 // stopped while its handler hung (asked to stop: they exited 0 on their
 // own terms, the task left active and put back by the supervisor): a
-// stop's exit counts no crash against the tasks (E45), so such a run does
-// not bring the job nearer to toxic. A crash job's run never ends so.
+// stop's exit counts no crash against the tasks
+// (queue's TestRecoverAfterAStopCountsNoCrash), so such a run does not
+// bring the job nearer to toxic. A crash job's run never ends so.
 func stoppedRuns(v ledgerView, id string, j jobRec) int {
 	if j.typ != "hang" {
 		return 0
@@ -547,8 +557,8 @@ func stoppedRuns(v ledgerView, id string, j jobRec) int {
 // faultedRuns counts the runs of a job in processes a worker fault was
 // injected into (a kill, a SIGSTOP, an exit): their end may be the
 // fault's, or their supervisor's stop of a frozen process (a release's
-// SIGKILL at stop_timeout, which counts no crash: seed 180709), not the
-// job's.
+// SIGKILL at stop_timeout, which counts no crash), not the job's (the
+// explorer's replay list, explore/testdata/seeds.txt, holds it).
 func (w *world) faultedRuns(v ledgerView, id string) int {
 	n := 0
 	for _, pid := range v.runners[id] {
@@ -619,7 +629,8 @@ func (w *world) jobsDone() (done bool, left, progress int) {
 // toxicRuns is how many times a toxic job of queue q may run:
 // job_crash_retries + 1, and one more with job_crash_retries 0 in a pool of
 // concurrency > 1 — a crash with a neighbour's handler in flight cannot be
-// told the toxic job's, which then runs once alone to be sure (E12).
+// told the toxic job's, which then runs once alone to be sure (queue's
+// TestSharedCrashesAloneAreNotToxic).
 func (w *world) toxicRuns(q string) int {
 	n := w.p.JobCrashRetries + 1
 	for _, p := range w.p.Pools {

@@ -103,10 +103,11 @@ func (m *loadMeter) overloaded() (bool, string) {
 
 // meterLag measures, until the returned func is called, how late a ticker
 // of SampleEvery wakes: the sampler's lateness without its reads, for the
-// phases it does not run in. Seeds 93522 and 93524 (six seeds at a time)
-// had every worker of four hosts exit 2.5 s late in the same instant
-// during the final stops, and passed alone: a stall of the whole machine
-// the sampler, stopped by then, did not see.
+// phases it does not run in: a stall of the whole machine during the
+// final stops (every worker of several seeds' hosts exiting seconds late
+// in the same instant, with the sampler stopped by then) flags the seed
+// overloaded, and its failure counts as inconclusive, the machine's, not
+// Vigil's (TestLoadMeter).
 func (w *world) meterLag() (stop func()) {
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {

@@ -201,8 +201,10 @@ func becomeSubreaper() error {
 // procWhere describes where process pid is now, for a log line: its state
 // and the kernel function it sleeps in (wchan), or that it is gone; then
 // each of its other threads the same way, with the top of the kernel stack
-// of any not asleep in the ordinary way (E43: a zombie leader whose parent
-// cannot collect it yet is waiting for its other threads to finish exiting).
+// of any not asleep in the ordinary way: a zombie leader whose parent
+// cannot collect it yet is waiting for its other threads to finish
+// exiting, which is where a worker reaped seconds after its exit line
+// waits (TestProcWhereNamesThreads).
 func procWhere(pid int) string {
 	_, state, _, ok := stat(pid)
 	if !ok {
@@ -257,8 +259,9 @@ func kernelStack(dir string, n int) string {
 
 // blockedTasks lists, for a log line, every task of the machine in
 // uninterruptible sleep (D) with the top of its kernel stack, at most limit
-// of them: E43's workers wait on something every host shares, and a task
-// stuck in the kernel (a journal commit, a writeback) would name it.
+// of them: workers of every host that exit late together wait on
+// something they share, and a task stuck in the kernel (a journal commit,
+// a writeback) would name it.
 func blockedTasks(limit int) string {
 	pids, _ := os.ReadDir("/proc")
 	var out []string

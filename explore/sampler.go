@@ -310,10 +310,10 @@ func describeProcs(ps []proc) string {
 // watchBeats logs where a healthy worker's threads are when it has not
 // beaten for half a TTL while nothing was disturbed for a TTL (Redis
 // answering, no fault injected into it): a running worker killed as hung
-// with no fault to explain it (285451, 291408, E43's stall) then leaves
-// in the seed's log whether it sat in the kernel (D, with its stack),
-// waited for a CPU (R) or slept in the Go runtime (S: a goroutine of its
-// own held up). At most once per half a TTL per process.
+// with no fault to explain it (a stall of the machine that freezes
+// processes of one binary together) then leaves in the seed's log whether
+// it sat in the kernel (D, with its stack), waited for a CPU (R) or slept
+// in the Go runtime (S: a goroutine of its own held up). At most once per half a TTL per process.
 func (w *world) watchBeats(s snapshot, watched map[int]time.Time) {
 	if w.b.anyDisturbed(s.at.Add(-HBTTL), s.at) {
 		return

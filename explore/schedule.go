@@ -10,7 +10,7 @@ import (
 // Kind is one entry of the fault menu.
 type Kind string
 
-// The fault menu (issue 12). Worker and job faults target a slot, host
+// The fault menu. Worker and job faults target a slot, host
 // faults a host, operator actions act from a host; Dur is how long a fault
 // lasts (0 for a one-off).
 const (

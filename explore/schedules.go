@@ -8,7 +8,7 @@ import (
 	"github.com/vigil-dev/vigil/schedule"
 )
 
-// The seed's periodic task (issue 22): every host configures it, the
+// The seed's periodic task: every host configures it, the
 // leader fires it each second into a queue no worker consumes, so that
 // every fired tick stays there to be counted at the end.
 const (

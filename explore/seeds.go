@@ -11,7 +11,7 @@ import (
 
 // Replay is one line of the replay list (explore/testdata/seeds.txt): a
 // seed that failed once, the backend it failed on, and, while the defect
-// it found is not fixed, the finding it belongs to (then its failure is
+// it shows is not fixed, the name of that open defect (then its failure is
 // expected and does not fail the run).
 type Replay struct {
 	Seed    uint64

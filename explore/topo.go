@@ -179,9 +179,10 @@ func replication(ctx context.Context, c *redis.Client) (map[string]string, error
 // says "up" as soon as it loaded the master's copy, but Redis 7 streams
 // the writes made since only after the replica's first acknowledgement,
 // up to a second later, and INFO calls it "online" meanwhile: a master
-// killed or failed over in that second takes them along (sentinel seed
-// 85026, cluster seed 85001: every job enqueued before the failover
-// vanished, when the explorer took "up", then "online", for in sync).
+// killed or failed over in that second takes them along, and a topology
+// that took "up" or "online" for in sync would see every job enqueued
+// before the failover vanish (a false alarm of the explorer's; its replay
+// list, explore/testdata/seeds.txt, holds it).
 func (n *rnode) replicaOf(ctx context.Context, master *rnode, key string) bool {
 	c := n.client()
 	defer c.Close()

@@ -242,10 +242,10 @@ func (t *sentinelTopo) Failover(ctx context.Context, _ int, kill bool) (*failove
 	return f, nil
 }
 
-// demote makes old, a master the sentinel no longer names, a replica of
-// the new master: the sentinel does the same about 10 s after a switch
-// (when it sees the old master still says it is one); the explorer does
-// not wait that long, so that a seed may fail over again. Nobody writes to
+// demote makes old, a master the sentinel does not name any more, a
+// replica of the new master: the sentinel does the same about 10 s after a
+// switch (when it sees the old master still says it is one); the explorer
+// does not wait that long, so that a seed may fail over again. Nobody writes to
 // old in between: every client follows the sentinel.
 func (t *sentinelTopo) demote(ctx context.Context, old, master *rnode) error {
 	c := old.client()

@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// Invariants (issue 12), by number.
+// Invariants, by number (a violation names its invariant's number).
 var invariants = map[int]string{
 	1:  "never two live processes for one slot",
 	2:  "every live worker is tracked by one supervisor whose host holds the slot's lease; no orphan outlives stop_timeout + 1s",

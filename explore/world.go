@@ -40,9 +40,9 @@ type Shared struct {
 // its own file, and gives each host the next one in turn. Every exec and
 // every exit of a process takes its executable's mapping lock (the
 // inode's i_mmap_rwsem) for writing; with every worker of every seed
-// running one file, a busy 2-core machine held exiting workers of several
+// running one file, a busy 2-core machine holds exiting workers of several
 // seeds in D state for seconds (unlink_file_vma_batch_process, under
-// exit_mmap: seed 291962, E43), coupling seeds that share nothing else.
+// exit_mmap), coupling seeds that share nothing else (TestSpreadWorkers).
 // The copies are made once, before the first seed, in WorkerBin's
 // directory.
 func (s *Shared) SpreadWorkers(n int) error {

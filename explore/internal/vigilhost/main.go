@@ -186,9 +186,10 @@ wait:
 	if unanswered == 0 {
 		// go-redis's dial probe of a pool whose server is down sleeps a
 		// second between tries and sees the pool closed only then: give
-		// goroutines 3 s to end (goleak's own retries, ~0.4 s, took it for
-		// a leak when a host stopped while a Cluster master was dead:
-		// cluster seed 85011).
+		// goroutines 3 s to end (goleak's own retries, ~0.4 s, would take
+		// it for a leak when a host stops while a Cluster master is dead;
+		// the explorer's replay list, explore/testdata/seeds.txt, holds
+		// it).
 		for deadline := time.Now().Add(3 * time.Second); ; {
 			lerr := goleak.Find(goleak.IgnoreTopFunction("main.readRequests"),
 				goleak.IgnoreAnyFunction("main.readRequests"),
