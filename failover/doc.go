@@ -1,4 +1,4 @@
-// Package failover holds Vigil's failover suite (issue 17): two `vigil
+// Package failover holds Vigil's failover suite (TestFailover): two `vigil
 // serve` hosts, a pool of chaosworker processes writing every run to a
 // ledger in a Redis of its own, jobs enqueued through both admin APIs
 // every 100 ms, and a Redis failover in the middle: Sentinel (SENTINEL

@@ -15,10 +15,11 @@ import (
 const FailingTimeoutDefault = 1
 
 // newClusterClient is go-redis's cluster client with fast topology
-// recovery (issue 17): go-redis reloads its slot map only on MOVED, ASK
-// and READONLY, or every 10 s; a command whose node does not answer (a
-// master killed) keeps being sent to that node until then, whatever the
-// cluster did meanwhile. reloadOnFault asks for a reload (go-redis runs
+// recovery (TestTopologyFault; failover's TestFailover, cluster
+// scenarios): go-redis reloads its slot map only on MOVED, ASK and
+// READONLY, or every 10 s; a command whose node does not answer (a master
+// killed) keeps being sent to that node until then, whatever the cluster
+// did meanwhile. reloadOnFault asks for a reload (go-redis runs
 // one at a time, at most one every 200 ms) after every such failure, so
 // the new master is used within a reload of its election.
 func newClusterClient(o *redis.ClusterOptions) *redis.ClusterClient {

@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Holding writes through a Sentinel failover (issue 17). Between the
+// Holding writes through a Sentinel failover (TestFailoverGuardEvents;
+// failover's TestFailover, sentinel scenarios). Between the
 // moment a sentinel promotes the replica (SLAVEOF NO ONE) and the moment
 // it announces the new master (+switch-master, about 0.9 s later here),
 // the old master still takes writes, from every client that has not
@@ -28,8 +29,9 @@ import (
 // A client opened while a failover is under way heard none of its events:
 // its first commands wait (at most guardReady) until one of its sentinels
 // answered whether a failover of the master is in progress, and hold if
-// one is (finding E22 of the fault explorer: a host restarted during a
-// manual failover wrote its completions to the old master).
+// one is: a host restarted during a manual failover would otherwise write
+// its completions to the old master
+// (TestGuardHoldsAClientOpenedDuringAFailover).
 const (
 	guardMax    = 5 * time.Second
 	guardSettle = 50 * time.Millisecond

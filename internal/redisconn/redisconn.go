@@ -118,8 +118,9 @@ func (o *Options) Client() redis.UniversalClient {
 // bounds the call on the socket too (go-redis's ContextTimeoutEnabled).
 // Without it a call whose reply does not come waits for the read timeout
 // (seconds) whatever its context says, and the monitor's op_timeout bound
-// is not one (fault explorer E31: a renewal held by a paused Redis kept a
-// stopping host from SIGKILLing its worker until past its Stop's limit).
+// is not one: a renewal held by a paused Redis would keep a stopping host
+// from SIGKILLing its worker until past its Stop's limit (supervisor's
+// TestStopWhileAShutdownTickWaits, TestClientWithoutDeadlinesIsReported).
 func Parse(rawURL string) (*Options, error) {
 	o, err := parse(rawURL)
 	if err != nil {

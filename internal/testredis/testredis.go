@@ -77,7 +77,7 @@ func client(tb testing.TB, url string) *redis.Client {
 	if err != nil {
 		tb.Fatalf("parse %s: %v", url, err)
 	}
-	opt.ContextTimeoutEnabled = true // as redisconn's clients (E31)
+	opt.ContextTimeoutEnabled = true // as redisconn's clients: a call's deadline bounds it on the socket too
 	c := redis.NewClient(opt)
 	tb.Cleanup(func() { _ = c.Close() })
 	return c

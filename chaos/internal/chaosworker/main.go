@@ -52,9 +52,10 @@ const (
 func main() {
 	// First of all: a SIGTERM that comes as the process starts (its host
 	// shutting down just after it spawned it) is a stop like any other,
-	// its exit on record. Installed later, the default action killed such
-	// a process by the signal (exit 143), and the ledger took it for a
-	// worker killed (CI's test-failover, cluster/kill-queue on 54ff58a).
+	// its exit on record. Installed later, the default action would kill
+	// such a process by the signal (exit 143), and the ledger would take it
+	// for a worker killed (failover's TestFailover, scenario
+	// cluster/kill-queue: `make test-failover ONLY=cluster/kill-queue`).
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() {
@@ -81,9 +82,9 @@ func main() {
 	}
 	ran := time.Now()
 	_ = l.Exit(context.Background(), "clean:"+strconv.Itoa(code))
-	// Where a slow exit spent its time (fault explorer E43: clean exits
-	// seen 2-3 s late): from SIGTERM to RunWorker's return, then the
-	// ledger's write.
+	// Where a slow exit spent its time (on a loaded machine a clean exit
+	// may be seen seconds late): from SIGTERM to RunWorker's return, then
+	// the ledger's write.
 	if at := termAt.Load(); at != nil {
 		fmt.Fprintf(os.Stderr, "chaosworker: exit %d: SIGTERM to return %s, ledger %s\n", code,
 			ran.Sub(*at).Round(time.Millisecond), time.Since(ran).Round(time.Millisecond))
