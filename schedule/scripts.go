@@ -205,8 +205,9 @@ return redis.call("HINCRBY", KEYS[1], "rev", 1)
 // the pause are never fired). Returns the new rev, 0 when nothing
 // changed, -1 when there is no record. A run of the same token finds the
 // change its own and returns the rev again (see createScript: a resume
-// whose reply was lost answered "unchanged" and told no leader, which
-// kept the schedule paused).
+// whose reply was lost, answered "unchanged", would tell no leader, which
+// would keep the schedule paused;
+// TestOperationRetriedAfterALostReplyIsApplied).
 var pauseScript = redis.NewScript(`
 if redis.call("EXISTS", KEYS[1]) == 0 then
 	return -1
