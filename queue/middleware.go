@@ -481,7 +481,8 @@ type currentChange struct {
 
 // mark tells the job event of a change that it changed its worker's
 // current job: the event broker makes the worker's worker_update of it,
-// with no write of its own (TestCurrentJobLive, TestCurrentJobBrokerOrder).
+// with no write of its own (server's TestCurrentJobLive and
+// TestCurrentJobBrokerOrder).
 func (c currentChange) mark(ev *JobEvent) {
 	if c.changed {
 		ev.WorkerJob, ev.WorkerSeq = c.job, c.seq
