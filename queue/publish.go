@@ -19,7 +19,7 @@ import (
 	"github.com/vigil-dev/vigil/queue/internal/crashpoint"
 )
 
-// Outputs (README "Outputs and retries"). Delivery is at least once: a
+// Outputs (docs/workers.md "Outputs and retries"). Delivery is at least once: a
 // task may run again after its worker died, even after it finished its
 // work. A handler that publishes its outputs through Publish gets, for each
 // one, a final key that is a pure function of the task id and the name,

@@ -74,7 +74,7 @@ type WorkerConfig struct {
 	OutputStore OutputStore
 	// Outputs declares, per task type, the outputs a task publishes: a
 	// task whose declared outputs were all published by an earlier run is
-	// marked done without running (README "Outputs and retries").
+	// marked done without running (docs/workers.md "Outputs and retries").
 	Outputs map[string][]string
 
 	onDequeueSkip func()         // tests: called when backpressure refuses a dequeue

@@ -1,5 +1,5 @@
-// Package schedule owns periodic tasks (docs/design.md §11, README "Periodic
-// tasks"): schedules kept in Redis (Store: create, update, delete, pause,
+// Package schedule owns periodic tasks (docs/design.md §11, docs/periodic-tasks.md):
+// schedules kept in Redis (Store: create, update, delete, pause,
 // trigger, and the ones of a configuration file), and the Scheduler that
 // fires them on the leader only.
 //

@@ -90,7 +90,7 @@ func (s *server) registerSchedules(api huma.API) {
 	route(api, accessRead, huma.Operation{
 		OperationID: "list-schedules", Method: http.MethodGet, Path: "/api/v1/schedules", Tags: tag,
 		Summary:     "List schedules",
-		Description: "Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README \"Periodic tasks\").",
+		Description: "Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (docs/periodic-tasks.md).",
 	}, s.listSchedules)
 	route(api, accessRead, huma.Operation{
 		OperationID: "get-schedule", Method: http.MethodGet, Path: "/api/v1/schedules/{name}", Tags: tag,

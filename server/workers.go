@@ -16,7 +16,7 @@ type Worker struct {
 	Component        string           `json:"component" example:"worker:tag:0" doc:"Component id, worker:<queue>:<slot>"`
 	ID               int              `json:"id" example:"0" doc:"Slot number within the pool"`
 	QueueType        string           `json:"queue_type" example:"tag" doc:"The queue the worker consumes"`
-	Status           string           `json:"status" enum:"starting,healthy,recovering,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (README \"Worker statuses\")"`
+	Status           string           `json:"status" enum:"starting,healthy,recovering,stopping,stopped,crashed,failed" example:"healthy" doc:"Lifecycle status (docs/workers.md \"Worker statuses\")"`
 	Reason           string           `json:"reason,omitempty" example:"exit code 1" doc:"Why it is in this status"`
 	Held             bool             `json:"held" doc:"Stopped by an operator: not started again until an operator restart"`
 	Host             string           `json:"host,omitempty" example:"box-1" doc:"Host that runs it"`
@@ -39,7 +39,7 @@ type Worker struct {
 	RecoveringUntil  int64            `json:"recovering_until,omitempty" example:"1790000060000" doc:"While recovering: when the window its heartbeat announced ends (Unix ms); past it without an ordinary beat, the worker is a crash"`
 	CreatedAt        int64            `json:"created_at,omitempty" example:"1789990000000" doc:"First registration of this worker (Unix ms), set once; a slot removed and grown back starts again"`
 	Version          string           `json:"version,omitempty" example:"v1.4.2" doc:"Version its process reports in its heartbeat (VIGIL_VERSION, or its Go binary's build info)"`
-	Stats            map[string]int64 `json:"stats,omitempty" example:"{\"jobs_done\":120,\"heartbeats\":512,\"failures:TIMEOUT\":2}" doc:"GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; README \"Metrics\")"`
+	Stats            map[string]int64 `json:"stats,omitempty" example:"{\"jobs_done\":120,\"heartbeats\":512,\"failures:TIMEOUT\":2}" doc:"GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; docs/observability.md \"Metrics\")"`
 	Paused           bool             `json:"paused,omitempty" doc:"Paused by an operator (POST .../pause): the worker takes no task, keeps beating and finishes what it runs; survives its restarts"`
 	PausedBy         string           `json:"paused_by,omitempty" example:"alice" doc:"Who paused it"`
 	PausedAt         int64            `json:"paused_at,omitempty" doc:"When it was paused (Unix ms)"`

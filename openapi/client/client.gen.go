@@ -1705,12 +1705,12 @@ type Worker struct {
 	// Example: 1790000000000
 	StartedAt *int64 `json:"started_at,omitempty"`
 
-	// Stats GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; README "Metrics")
+	// Stats GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; docs/observability.md "Metrics")
 	//
 	// Example: {"failures:TIMEOUT":2,"heartbeats":512,"jobs_done":120}
 	Stats *map[string]int64 `json:"stats,omitempty"`
 
-	// Status Lifecycle status (README "Worker statuses")
+	// Status Lifecycle status (docs/workers.md "Worker statuses")
 	//
 	// Example: healthy
 	Status WorkerStatus `json:"status"`
@@ -1726,7 +1726,7 @@ type Worker struct {
 	Version *string `json:"version,omitempty"`
 }
 
-// WorkerStatus Lifecycle status (README "Worker statuses")
+// WorkerStatus Lifecycle status (docs/workers.md "Worker statuses")
 //
 // Example: healthy
 type WorkerStatus string
@@ -2147,7 +2147,7 @@ type ClientInterface interface {
 
 	// ListSchedules List schedules
 	//
-	// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README "Periodic tasks").
+	// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (docs/periodic-tasks.md).
 	//
 	// Corresponds with GET /api/v1/schedules (the `ListSchedules` operationId).
 	ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2733,7 +2733,7 @@ func (c *Client) ResumeAll(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // ListSchedules List schedules
 //
-// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README "Periodic tasks").
+// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (docs/periodic-tasks.md).
 //
 // Corresponds with GET /api/v1/schedules (the `ListSchedules` operationId).
 func (c *Client) ListSchedules(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5177,7 +5177,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListSchedulesWithResponse List schedules
 	//
-	// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README "Periodic tasks").
+	// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (docs/periodic-tasks.md).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9266,7 +9266,7 @@ func (c *ClientWithResponses) ResumeAllWithResponse(ctx context.Context, reqEdit
 
 // ListSchedulesWithResponse List schedules
 //
-// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (README "Periodic tasks").
+// Every periodic task of the cluster with its next and last fire and its last task ids. Only the leader fires them; each tick is enqueued at most once (docs/periodic-tasks.md).
 //
 // Returns a wrapper object for the known response body format(s).
 //

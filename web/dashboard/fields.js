@@ -5,7 +5,7 @@
 // the API sent that is not named here.
 import { el, text, badge, when, ago, clock, dur, link } from './dom.js';
 
-// Worker statuses (README "Worker statuses"), in the order the filters list them.
+// Worker statuses (docs/workers.md "Worker statuses"), in the order the filters list them.
 export const WORKER_STATUSES = ['starting', 'healthy', 'recovering', 'stopping', 'stopped', 'crashed', 'failed'];
 export const RUNNING = new Set(['starting', 'healthy', 'recovering', 'stopping']);
 
