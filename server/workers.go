@@ -39,7 +39,7 @@ type Worker struct {
 	RecoveringUntil  int64            `json:"recovering_until,omitempty" example:"1790000060000" doc:"While recovering: when the window its heartbeat announced ends (Unix ms); past it without an ordinary beat, the worker is a crash"`
 	CreatedAt        int64            `json:"created_at,omitempty" example:"1789990000000" doc:"First registration of this worker (Unix ms), set once; a slot removed and grown back starts again"`
 	Version          string           `json:"version,omitempty" example:"v1.4.2" doc:"Version its process reports in its heartbeat (VIGIL_VERSION, or its Go binary's build info)"`
-	Stats            map[string]int64 `json:"stats,omitempty" example:"{\"jobs_done\":120,\"heartbeats\":512,\"failures:TIMEOUT\":2}" doc:"GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; docs/observability.md \"Metrics\")"`
+	Stats            map[string]int64 `json:"stats,omitempty" example:"{\"jobs_done\":120,\"heartbeats\":512,\"failures:RETRY\":2}" doc:"GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; docs/observability.md \"Metrics\")"`
 	Paused           bool             `json:"paused,omitempty" doc:"Paused by an operator (POST .../pause): the worker takes no task, keeps beating and finishes what it runs; survives its restarts"`
 	PausedBy         string           `json:"paused_by,omitempty" example:"alice" doc:"Who paused it"`
 	PausedAt         int64            `json:"paused_at,omitempty" doc:"When it was paused (Unix ms)"`
@@ -130,7 +130,7 @@ func (s *server) registerWorkers(api huma.API) {
 	route(api, accessWrite, huma.Operation{
 		OperationID: "reset-worker", Method: http.MethodPost, Path: "/api/v1/workers/{component}/reset", Tags: []string{"workers"},
 		Summary:     "Reset a worker",
-		Description: "Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.",
+		Description: "Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting, healthy, recovering or stopping): stop it first.",
 		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable},
 	}, s.resetWorker)
 }

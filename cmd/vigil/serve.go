@@ -141,14 +141,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, started fun
 	}
 	log.Info("shutting down: stopping workers", "stop_timeout", cfg.StopTimeout)
 	// The admin server first (its event streams end with it: they never
-	// end by themselves), then the workers.
-	hctx, hcancel := context.WithTimeout(context.Background(), time.Second)
+	// end by themselves), then the workers; both within one bound,
+	// stop_timeout + 2 s after the signal (docs/design.md §4.5).
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.StopTimeout)+2*time.Second)
+	defer cancel()
+	hctx, hcancel := context.WithTimeout(sctx, time.Second)
 	defer hcancel()
 	if err := srv.Shutdown(hctx); err != nil {
 		_ = srv.Close()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.StopTimeout)+2*time.Second)
-	defer cancel()
 	if err := v.Close(sctx); err != nil {
 		return err
 	}

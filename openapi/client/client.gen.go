@@ -1707,7 +1707,7 @@ type Worker struct {
 
 	// Stats GET of one worker: the counters its process reports (heartbeats, jobs_done, failures:<CODE>, inflight, …; docs/observability.md "Metrics")
 	//
-	// Example: {"failures:TIMEOUT":2,"heartbeats":512,"jobs_done":120}
+	// Example: {"failures:RETRY":2,"heartbeats":512,"jobs_done":120}
 	Stats *map[string]int64 `json:"stats,omitempty"`
 
 	// Status Lifecycle status (docs/workers.md "Worker statuses")
@@ -2281,7 +2281,7 @@ type ClientInterface interface {
 
 	// ResetWorker Reset a worker
 	//
-	// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.
+	// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting, healthy, recovering or stopping): stop it first.
 	//
 	// Corresponds with POST /api/v1/workers/{component}/reset (the `ResetWorker` operationId).
 	ResetWorker(ctx context.Context, component string, params *ResetWorkerParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3047,7 +3047,7 @@ func (c *Client) PauseWorker(ctx context.Context, component string, params *Paus
 
 // ResetWorker Reset a worker
 //
-// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.
+// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting, healthy, recovering or stopping): stop it first.
 //
 // Corresponds with POST /api/v1/workers/{component}/reset (the `ResetWorker` operationId).
 func (c *Client) ResetWorker(ctx context.Context, component string, params *ResetWorkerParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5335,7 +5335,7 @@ type ClientWithResponsesInterface interface {
 
 	// ResetWorkerWithResponse Reset a worker
 	//
-	// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.
+	// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting, healthy, recovering or stopping): stop it first.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9532,7 +9532,7 @@ func (c *ClientWithResponses) PauseWorkerWithResponse(ctx context.Context, compo
 
 // ResetWorkerWithResponse Reset a worker
 //
-// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting or healthy): stop it first.
+// Clears the restart history (counts, crash window, failed_at) and leaves the worker stopped and held; `restart=true` starts it at once. 409 while it runs (starting, healthy, recovering or stopping): stop it first.
 //
 // Returns a wrapper object for the known response body format(s).
 //
