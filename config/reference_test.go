@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"os"
+	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -58,6 +59,23 @@ func TestEverySettingIsDocumented(t *testing.T) {
 	for _, want := range []string{"## pools[].backpressure", "| `backpressure.high_watermark` | `0` |", "| `heartbeat.ttl` | `30s` | `VIGIL_HEARTBEAT_TTL`, `--heartbeat.ttl` |"} {
 		if !strings.Contains(Reference(), want) {
 			t.Errorf("the reference has no %q", want)
+		}
+	}
+}
+
+// The configuration is a leaf of the import graph: the packages it
+// configures import it nowhere and it imports none of them (the facade,
+// package vigil, converts it into their Configs).
+func TestConfigIsALeaf(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		for _, banned := range []string{"supervisor", "queue", "schedule", "server"} {
+			if p == "github.com/vigil-dev/vigil/"+banned || strings.HasPrefix(p, "github.com/vigil-dev/vigil/"+banned+"/") {
+				t.Errorf("config depends on %s", p)
+			}
 		}
 	}
 }
