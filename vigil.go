@@ -51,9 +51,9 @@ type Config struct {
 	// Alerter, if set, hears of failed workers and lost hosts (besides
 	// Settings.Alerts.Webhook, which it replaces when set).
 	Alerter supervisor.Alerter
-	// BasePath is the prefix the handler is mounted under with
-	// http.StripPrefix, e.g. "/admin" (the spec's servers entry and the
-	// session cookie's path point under it); "" = the root.
+	// BasePath is the prefix the handler is served under, e.g. "/admin"
+	// (Mount serves it there; the spec's servers entry and the session
+	// cookie's path point under it); "" = the root.
 	BasePath string
 	// Address is where this host's admin server is reached, shown to the
 	// other hosts (e.g. "10.0.0.5:8080"); informational.
@@ -92,8 +92,8 @@ type Vigil struct {
 	startDone   chan struct{}      // closed when the Start under way returned
 	closeDone   chan struct{}      // closed when Close is over
 	closeErr    error
-	parts       parts // what Start started, while running
-	sup         *supervisor.Supervisor
+	parts       parts                  // what Start started, while running
+	sup         *supervisor.Supervisor // parts.sup, kept after Close for Supervisor
 }
 
 // New checks cfg and returns a Vigil to Start. It opens nothing.

@@ -393,7 +393,7 @@ func describe(data []byte, err error) string {
 		var doc yaml.Node
 		where := map[[2]int]string{}
 		if yaml.Unmarshal(data, &doc) == nil {
-			paths(&doc, "", where)
+			paths(&doc, where)
 		}
 		if p, ok := where[[2]int{pe.line, pe.col}]; ok {
 			return fmt.Sprintf("%s: %v (line %d)", p, pe.err, pe.line)
@@ -426,7 +426,7 @@ func nameTypeError(doc *yaml.Node, e string) string {
 		return e
 	}
 	line, _ := strconv.Atoi(m[1])
-	if p := scalarPath(doc, "", line, m[3]); p != "" {
+	if p := scalarPath(doc, line, m[3]); p != "" {
 		return fmt.Sprintf("%s: %s (line %d)", p, m[2], line)
 	}
 	return e
@@ -434,37 +434,11 @@ func nameTypeError(doc *yaml.Node, e string) string {
 
 // scalarPath is the field path of the first scalar on line whose value is
 // value, or "".
-func scalarPath(n *yaml.Node, prefix string, line int, value string) string {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			if p := scalarPath(c, prefix, line, value); p != "" {
-				return p
-			}
+func scalarPath(doc *yaml.Node, line int, value string) (path string) {
+	walkValues(doc, "", func(p string, v *yaml.Node) {
+		if path == "" && v.Kind == yaml.ScalarNode && v.Line == line && v.Value == value {
+			path = p
 		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			p := n.Content[i].Value
-			if prefix != "" {
-				p = prefix + "." + p
-			}
-			if v := n.Content[i+1]; v.Kind == yaml.ScalarNode && v.Line == line && v.Value == value {
-				return p
-			}
-			if p := scalarPath(n.Content[i+1], p, line, value); p != "" {
-				return p
-			}
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			p := fmt.Sprintf("%s[%d]", prefix, i)
-			if c.Kind == yaml.ScalarNode && c.Line == line && c.Value == value {
-				return p
-			}
-			if p := scalarPath(c, p, line, value); p != "" {
-				return p
-			}
-		}
-	}
-	return ""
+	})
+	return path
 }

@@ -53,13 +53,14 @@ func at(n *yaml.Node, err error) error {
 	return &posError{line: n.Line, col: n.Column, err: err}
 }
 
-// paths maps the position of every value in the document to its field
-// path ("heartbeat.ttl", "pools[0].task_timeout").
-func paths(n *yaml.Node, prefix string, out map[[2]int]string) {
+// walkValues calls visit with the field path ("heartbeat.ttl",
+// "pools[0].task_timeout") of every value in the document, the document
+// order.
+func walkValues(n *yaml.Node, prefix string, visit func(path string, v *yaml.Node)) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			paths(c, prefix, out)
+			walkValues(c, prefix, visit)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -67,16 +68,22 @@ func paths(n *yaml.Node, prefix string, out map[[2]int]string) {
 			if prefix != "" {
 				p = prefix + "." + p
 			}
-			out[[2]int{n.Content[i+1].Line, n.Content[i+1].Column}] = p
-			paths(n.Content[i+1], p, out)
+			visit(p, n.Content[i+1])
+			walkValues(n.Content[i+1], p, visit)
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
 			p := fmt.Sprintf("%s[%d]", prefix, i)
-			out[[2]int{c.Line, c.Column}] = p
-			paths(c, p, out)
+			visit(p, c)
+			walkValues(c, p, visit)
 		}
 	}
+}
+
+// paths maps the position of every value in the document to its field
+// path.
+func paths(n *yaml.Node, out map[[2]int]string) {
+	walkValues(n, "", func(path string, v *yaml.Node) { out[[2]int{v.Line, v.Column}] = path })
 }
 
 var units = []struct {
